@@ -1,0 +1,173 @@
+/**
+ * Throughput and latency of Longhaul on SQLite (issue: ≥ 20 000 jobs/s processed, p50 ≤ 2 ms).
+ *
+ *   npm run bench -- [--jobs 20000] [--concurrency 10,50] [--runs 3] [--chunk 1000]
+ *                    [--latency 2000] [--warmup 200] [--no-sweeper] [--lib dist] [--profile /tmp/lh]
+ *
+ * For each run and each concurrency, on a fresh SQLite file in a temp dir:
+ *   (a) bulk-enqueue `jobs` no-op jobs with submitMany in chunks of `chunk` (enqueue jobs/s);
+ *   (b) start one worker at that concurrency and time it until worker.stats.succeeded reaches
+ *       `jobs` (processed jobs/s), then check with countByState that all of them succeeded.
+ * Then, on another fresh file, end-to-end latency with an idle worker: one job at a time,
+ * submit-call start → handler start (performance.now() in this process), after a warm-up.
+ *
+ * Prints a table, then one JSON line (the last line of stdout) for bench/run-all.ts.
+ * `--profile PREFIX` writes a CPU profile of each processing phase to PREFIX-c<c>-run<k>.cpuprofile
+ * and of each enqueue phase to PREFIX-enqueue-c<c>-run<k>.cpuprofile
+ * (see bench/profile-summary.ts); use it with --runs 1 and --lib (compiled JS: tsx's keepNames
+ * and whitespace minification distort the profile: every function is on line 1).
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import pino from 'pino';
+import { type BenchResult, boolFlag, gitState, loadNote, listFlag, median, numFlag, printResult, profiled, strFlag, summarise, until } from './lib/util.js';
+
+const JOBS = numFlag('jobs', 20_000);
+const CONCURRENCY = listFlag('concurrency', [10, 50]);
+const RUNS = numFlag('runs', 3);
+const CHUNK = numFlag('chunk', 1000);
+const LATENCY_SAMPLES = numFlag('latency', 2000);
+const WARMUP = numFlag('warmup', 200);
+const SWEEPER = !boolFlag('no-sweeper');
+const PROFILE = strFlag('profile');
+const PROFILE_INTERVAL_US = numFlag('profile-interval-us', 100);
+
+const LIB = strFlag('lib');
+
+// The library under test: src/ through tsx by default, or compiled JS: `--lib dist` after `npm run build`,
+// or a pinned commit built by bench/snapshot.sh (`--lib /tmp/longhaul-<rev>/dist`).
+// tsx compiles with esbuild's keepNames, which wraps every closure the library creates in a
+// __name() call (Object.defineProperty): that costs a few % here, so profiles should use --lib.
+type Lib = typeof import('../src/index.js');
+const lib: Lib = LIB === undefined ? await import('../src/index.js') : ((await import(pathToFileURL(resolve(LIB, 'index.js')).href)) as Lib);
+const { defineTask, Longhaul, SqliteStore } = lib;
+
+const logger = pino({ level: 'silent' });
+const noop = defineTask({ type: 'bench.noop', run: () => null });
+let onProbeStart: ((t: number) => void) | null = null;
+const probe = defineTask({
+  type: 'bench.probe',
+  run: () => {
+    onProbeStart?.(performance.now());
+    return null;
+  },
+});
+
+const dir = mkdtempSync(join(tmpdir(), 'longhaul-bench-'));
+const notes: string[] = [];
+
+/** The enqueue calls' arguments, built before the clock starts. */
+function chunks(): { type: string; input: { n: number } }[][] {
+  const out: { type: string; input: { n: number } }[][] = [];
+  for (let i = 0; i < JOBS; i += CHUNK) out.push(Array.from({ length: Math.min(CHUNK, JOBS - i) }, (_, j) => ({ type: 'bench.noop', input: { n: i + j } })));
+  return out;
+}
+
+async function throughputRun(concurrency: number, run: number): Promise<{ enqueuePerSec: number; processedPerSec: number }> {
+  const lh = await Longhaul.open({ database: join(dir, `c${concurrency}-run${run}.db`), tasks: [noop], logger });
+  try {
+    const batches = chunks();
+    const enqueueMs = await profiled(PROFILE && `${PROFILE}-enqueue-c${concurrency}-run${run}.cpuprofile`, PROFILE_INTERVAL_US, async () => {
+      const t0 = performance.now();
+      for (const b of batches) await lh.submitMany(b);
+      return performance.now() - t0;
+    });
+    const before = await lh.store.countByState({});
+    if (before.queued !== JOBS) throw new Error(`expected ${JOBS} queued jobs, found ${before.queued}`);
+
+    const processMs = await profiled(PROFILE && `${PROFILE}-c${concurrency}-run${run}.cpuprofile`, PROFILE_INTERVAL_US, async () => {
+      const t1 = performance.now();
+      const worker = await lh.startWorker({ concurrency, sweeper: SWEEPER });
+      await until(() => worker.stats.succeeded >= JOBS, 2);
+      return performance.now() - t1;
+    });
+    const after = await lh.store.countByState({});
+    if (after.succeeded !== JOBS) throw new Error(`expected ${JOBS} succeeded jobs, found ${JSON.stringify(after)}`);
+    return { enqueuePerSec: JOBS / (enqueueMs / 1000), processedPerSec: JOBS / (processMs / 1000) };
+  } finally {
+    await lh.close();
+  }
+}
+
+async function latency(): Promise<number[]> {
+  const lh = await Longhaul.open({ database: join(dir, 'latency.db'), tasks: [probe], logger });
+  try {
+    const worker = await lh.startWorker({ concurrency: 10, sweeper: SWEEPER });
+    await worker.idle();
+    const samples: number[] = [];
+    for (let i = 0; i < WARMUP + LATENCY_SAMPLES; i++) {
+      const started = new Promise<number>((resolve) => {
+        onProbeStart = resolve;
+      });
+      const t0 = performance.now();
+      const submitted = lh.submit('bench.probe', { n: i });
+      const t1 = await started;
+      await submitted;
+      await worker.idle(); // the outcome is written: the worker is idle again before the next sample
+      if (i >= WARMUP) samples.push(t1 - t0);
+    }
+    onProbeStart = null;
+    if (worker.stats.succeeded !== WARMUP + LATENCY_SAMPLES)
+      throw new Error(`latency: ${worker.stats.succeeded} jobs succeeded, expected ${WARMUP + LATENCY_SAMPLES}`);
+    return samples;
+  } finally {
+    await lh.close();
+  }
+}
+
+/** The commit a bench/snapshot.sh build was made from (its REVISION file). */
+function libRevision(dir: string): string {
+  const file = [join(dir, 'REVISION'), join(dir, '..', 'dist', 'REVISION')].find((f) => existsSync(f));
+  if (!file) return '';
+  return ` (commit ${readFileSync(file, 'utf8').trim().slice(0, 12)}, built by bench/snapshot.sh)`;
+}
+
+function versions(): { betterSqlite3: string; sqlite: string } {
+  const require = createRequire(import.meta.url);
+  const betterSqlite3 = (require('better-sqlite3/package.json') as { version: string }).version;
+  const store = new SqliteStore({ path: ':memory:' });
+  const sqlite = store.db.prepare('SELECT sqlite_version()').pluck().get() as string;
+  store.db.close();
+  return { betterSqlite3, sqlite };
+}
+
+try {
+  notes.push(loadNote('at start', process.env.BENCH_RUN_ALL !== '1'));
+  const v = versions();
+  notes.push(`Node ${process.version}, better-sqlite3 ${v.betterSqlite3}, SQLite ${v.sqlite}, WAL + synchronous=NORMAL, sweeper ${SWEEPER ? 'on' : 'off'}`);
+  notes.push(
+    LIB === undefined
+      ? `library: src/ via tsx; ${gitState(['src'])}`
+      : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}${libRevision(LIB)}`,
+  );
+  notes.push(`fresh DB file per run and concurrency in ${tmpdir()}; enqueue = submitMany in chunks of ${CHUNK}`);
+  const enqueue: number[] = [];
+  const processed: Record<string, number[]> = Object.fromEntries(CONCURRENCY.map((c) => [String(c), [] as number[]]));
+  for (let run = 1; run <= RUNS; run++) {
+    for (const c of CONCURRENCY) {
+      const r = await throughputRun(c, run);
+      enqueue.push(r.enqueuePerSec);
+      processed[String(c)]?.push(r.processedPerSec);
+      console.error(`run ${run} c=${c}: enqueue ${Math.round(r.enqueuePerSec)}/s, processed ${Math.round(r.processedPerSec)}/s`);
+    }
+  }
+  const lat = LATENCY_SAMPLES > 0 ? summarise(await latency()) : summarise([]);
+  notes.push(loadNote('at end', false));
+  const result: BenchResult = {
+    system: 'Longhaul (SQLite)',
+    jobs: JOBS,
+    runs: RUNS,
+    enqueuePerSec: median(enqueue),
+    processedPerSec: Object.fromEntries(Object.entries(processed).map(([c, list]) => [c, median(list)])),
+    latencyMs: lat,
+    samples: { enqueuePerSec: enqueue, processedPerSec: processed },
+    notes,
+  };
+  printResult(result);
+  console.log(JSON.stringify(result));
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}

@@ -1,0 +1,39 @@
+/**
+ * The in-process event bus: one typed event map that every output (watchers, the worker's
+ * wake-up, later SSE/WebSocket/webhooks/metrics) consumes. Events describe writes this
+ * process made; other processes' writes reach a process through its store (polling on
+ * SQLite, LISTEN/NOTIFY on PostgreSQL).
+ */
+import { EventEmitter } from 'node:events';
+import type { JobRecord } from '../core/job.js';
+import type { Progress } from '../core/progress.js';
+import type { JobState } from '../core/states.js';
+
+export interface JobEvents {
+  /** A job was accepted (state pending or queued). */
+  'job:submitted': { job: JobRecord };
+  /** A job changed state, or a flag on it (cancel requested, stalled) changed. */
+  'job:changed': { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string };
+  /** A running job reported progress (coalesced: a few per second at most). */
+  'job:progress': { id: string; tenant: string; progress: Progress };
+  /** The sweeper promoted due pending/retrying jobs to queued. */
+  'jobs:promoted': { count: number };
+  /** Cancellation of a running job was requested; its worker should abort now. */
+  'job:cancel-requested': { id: string; reason: string };
+}
+
+export type JobEventName = keyof JobEvents;
+
+export class JobBus {
+  private readonly emitter = new EventEmitter();
+  constructor() {
+    this.emitter.setMaxListeners(0);
+  }
+  on<K extends JobEventName>(event: K, listener: (payload: JobEvents[K]) => void): () => void {
+    this.emitter.on(event, listener);
+    return () => this.emitter.off(event, listener);
+  }
+  emit<K extends JobEventName>(event: K, payload: JobEvents[K]): void {
+    this.emitter.emit(event, payload);
+  }
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env node
+/** The `longhaul` command. */
+import { randomBytes } from 'node:crypto';
+import { Command, CommanderError } from 'commander';
+import { LonghaulError } from '../core/errors.js';
+import { Longhaul } from '../longhaul.js';
+import { registerClientCommands } from './client-commands.js';
+import { CliError, makeLogger, runRuntime } from './runtime.js';
+
+const program = new Command();
+program.name('longhaul').description('Long-running jobs for web applications').showHelpAfterError();
+
+const runtimeOptions = (cmd: Command) =>
+  cmd
+    .option('--database <url>', 'SQLite path (LONGHAUL_DATABASE_URL)', undefined)
+    .option('--tasks <file>', 'tasks module (LONGHAUL_TASKS)')
+    .option('--concurrency <n>', 'jobs run at once by this process (LONGHAUL_CONCURRENCY)')
+    .option('--drain-ms <ms>', 'on SIGTERM, how long running jobs may finish before they are handed back', undefined);
+const serverOptions = (cmd: Command) =>
+  cmd
+    .option('--host <host>', 'address to listen on (LONGHAUL_HOST)')
+    .option('--port <port>', 'port (LONGHAUL_PORT)')
+    .option('--insecure-no-auth', 'allow a non-loopback address without API keys');
+
+serverOptions(runtimeOptions(program.command('dev').description('server + workers + sweeper in one process, with example tasks'))).action((o) =>
+  runRuntime('dev', o),
+);
+serverOptions(runtimeOptions(program.command('server').description('the HTTP API (plus the sweeper)'))).action((o) => runRuntime('server', o));
+runtimeOptions(program.command('worker').description('run jobs of the tasks module')).action((o) => runRuntime('worker', o));
+
+program
+  .command('migrate')
+  .description('create or upgrade the database schema')
+  .option('--database <url>', 'SQLite path (LONGHAUL_DATABASE_URL)')
+  .action(async (o: { database?: string }) => {
+    const lh = await Longhaul.open({ ...(o.database ? { database: o.database } : {}), logger: makeLogger() });
+    process.stdout.write(`database ${lh.config.database} is up to date\n`);
+    await lh.close();
+  });
+
+program
+  .command('keys')
+  .description('API keys')
+  .command('create')
+  .description('make a new random API key; add the printed entry to LONGHAUL_API_KEYS')
+  .requiredOption('--tenant <name>', 'tenant the key belongs to')
+  .action((o: { tenant: string }) => {
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(o.tenant)) throw new CliError('tenant must be 1–64 letters, digits, . _ -');
+    process.stdout.write(`${o.tenant}:lh_${randomBytes(24).toString('base64url')}\n`);
+  });
+
+registerClientCommands(program);
+
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) process.exit(err.exitCode);
+    const message = err instanceof CliError || err instanceof LonghaulError ? err.message : err instanceof Error ? err.message : String(err);
+    process.stderr.write(`longhaul: ${message}\n`);
+    process.exit(1);
+  }
+}
+
+await main(process.argv);

@@ -1,0 +1,110 @@
+/** `longhaul dev`, `server` and `worker`: open Longhaul, then serve, work and sweep, until a signal. */
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import pino, { type Logger } from 'pino';
+import { Longhaul } from '../longhaul.js';
+import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
+import { buildServer } from '../server/app.js';
+import { collectTasks, type Task } from '../tasks/define.js';
+import { exampleTasks } from '../tasks/examples.js';
+
+export interface RuntimeFlags {
+  database?: string;
+  host?: string;
+  port?: string;
+  tasks?: string;
+  concurrency?: string;
+  insecureNoAuth?: boolean;
+  drainMs?: string;
+}
+
+export class CliError extends Error {}
+
+export async function loadTasksModule(file: string): Promise<Task[]> {
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(resolve(file)).href)) as Record<string, unknown>;
+  } catch (err) {
+    throw new CliError(`cannot load tasks module ${file}: ${(err as Error).message}`);
+  }
+  const tasks = collectTasks(mod);
+  if (tasks.length === 0) throw new CliError(`${file} exports no tasks (export defineTask(...) values, or a default array/object of them)`);
+  return tasks;
+}
+
+function intFlag(name: string, value: string | undefined, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (value === undefined || value === '') return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) throw new CliError(`${name} must be an integer from ${min} to ${max} (got "${value}")`);
+  return n;
+}
+
+export function makeLogger(): Logger {
+  return pino({ level: process.env.LONGHAUL_LOG_LEVEL ?? 'info', name: 'longhaul' });
+}
+
+export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: RuntimeFlags): Promise<void> {
+  const env = process.env;
+  const logger = makeLogger();
+  const tasksFile = flags.tasks ?? env.LONGHAUL_TASKS;
+  const tasks: Task[] = mode === 'dev' ? [...exampleTasks] : [];
+  if (tasksFile) tasks.push(...(await loadTasksModule(tasksFile)).filter((t) => !tasks.some((e) => e.type === t.type)));
+  if (mode === 'worker' && tasks.length === 0) throw new CliError('longhaul worker needs --tasks FILE (or LONGHAUL_TASKS)');
+  const host = flags.host ?? env.LONGHAUL_HOST ?? '127.0.0.1';
+  const port = intFlag('--port', flags.port ?? env.LONGHAUL_PORT, 8080, 0, 65535);
+  const concurrency = intFlag('--concurrency', flags.concurrency ?? env.LONGHAUL_CONCURRENCY, 10, 1, 10_000);
+  const drainMs = intFlag('--drain-ms', flags.drainMs, 10_000, 0);
+  const apiKeys = parseApiKeys(env.LONGHAUL_API_KEYS);
+  const serves = mode !== 'worker';
+  if (serves && apiKeys.length === 0 && !isLoopbackHost(host) && !flags.insecureNoAuth) {
+    throw new CliError(`refusing to listen on ${host} without API keys: set LONGHAUL_API_KEYS, or pass --insecure-no-auth`);
+  }
+  const lh = await Longhaul.open({ ...(flags.database ? { database: flags.database } : {}), tasks, logger });
+  let app: Awaited<ReturnType<typeof buildServer>> | null = null;
+  try {
+    if (mode !== 'server') await lh.startWorker({ concurrency, drainMs });
+    lh.startSweeper();
+    if (serves) {
+      app = await buildServer({
+        lh,
+        apiKeys,
+        ...(env.LONGHAUL_MAX_BODY_BYTES ? { maxBodyBytes: intFlag('LONGHAUL_MAX_BODY_BYTES', env.LONGHAUL_MAX_BODY_BYTES, 1 << 20, 1) } : {}),
+        ...(env.LONGHAUL_STREAM_TOKEN_SECRET ? { streamTokenSecret: env.LONGHAUL_STREAM_TOKEN_SECRET } : {}),
+        logger: logger.child({ component: 'http' }, { level: env.LONGHAUL_HTTP_LOG_LEVEL ?? 'warn' }),
+      });
+      const address = await app.listen({ host, port });
+      const base = address.replace('[::1]', 'localhost');
+      process.stdout.write(
+        `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${lh.config.database}\n` +
+          (mode === 'dev' ? `  tasks      ${[...lh.tasks.keys()].join(', ')}\n  try        curl -si -X POST ${base}/v1/jobs -H 'content-type: application/json' -d '{"type":"demo.sleep","input":{"steps":20}}'\n` : ''),
+      );
+    } else {
+      process.stdout.write(`longhaul worker running ${[...lh.tasks.keys()].join(', ')} (concurrency ${concurrency}) on ${lh.config.database}\n`);
+    }
+  } catch (err) {
+    await app?.close();
+    await lh.close({ drainMs: 0 });
+    throw err;
+  }
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) {
+      logger.warn({ signal }, 'second signal: exiting now');
+      process.exit(130);
+    }
+    stopping = true;
+    logger.info({ signal, drainMs }, 'shutting down');
+    void (async () => {
+      try {
+        await app?.close();
+        await lh.close({ drainMs });
+        process.exit(0);
+      } catch (err) {
+        logger.error({ err }, 'shutdown failed');
+        process.exit(1);
+      }
+    })();
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}

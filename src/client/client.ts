@@ -1,0 +1,519 @@
+/**
+ * The typed client of the Longhaul HTTP API (docs/api.md), for Node and browsers.
+ *
+ * It only needs a WHATWG `fetch` (the global one unless another is passed): no Node-only
+ * modules, so it bundles for the browser as is. Live progress comes over SSE read with fetch
+ * (not `EventSource`, so the API key travels in the `Authorization` header, and the stream can
+ * resume, fall back to polling and be aborted under our control).
+ */
+import type { JobSnapshot, Priority } from '../core/job.js';
+import { isTerminal, type JobState } from '../core/states.js';
+import { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
+import { readSse, type SseItem, SseParser } from './sse.js';
+
+/** The subset of `fetch` the client uses; the global `fetch` fits. */
+export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
+
+/** How polling (in `wait()`, and in `stream()` after it falls back) spaces its requests. */
+export interface PollingOptions {
+  /** First delay when the server sends no `Retry-After`; doubles on every unchanged read. Default 1000. */
+  initialMs?: number;
+  /** Cap of the doubling. Default 10000. */
+  maxMs?: number;
+  /** Floor under a `Retry-After` (so `Retry-After: 0` cannot become a hot loop). Default 50. */
+  minMs?: number;
+}
+
+/** Reconnection behaviour of `stream()`. */
+export interface StreamTuning {
+  /** Delay before reconnecting when the server sent no `retry:` hint. Default 2000. */
+  retryMs?: number;
+  /** This many dropped connections within `fallbackWindowMs` switch the stream to polling. Default 3. */
+  fallbackDrops?: number;
+  /** Default 30000. */
+  fallbackWindowMs?: number;
+}
+
+export interface LonghaulClientOptions {
+  /** Where the API is, e.g. `http://127.0.0.1:8080` (a path prefix is kept: `https://host/jobs-api`). */
+  baseUrl: string;
+  /** Sent as `Authorization: Bearer <apiKey>`. */
+  apiKey?: string;
+  /** A `fetch` to use instead of the global one. */
+  fetch?: FetchLike;
+  /** Extra headers for every request. */
+  headers?: HeadersInit;
+  polling?: PollingOptions;
+  stream?: StreamTuning;
+}
+
+export interface RequestOptions {
+  /** Aborts the request; the promise rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export interface SubmitOptions extends RequestOptions {
+  priority?: Priority;
+  /** When to run: a Date or an ISO 8601 string. */
+  runAt?: Date | string;
+  delayMs?: number;
+  maxAttempts?: number;
+  timeoutMs?: number;
+  metadata?: Record<string, unknown> | null;
+  /** Sent as the `Idempotency-Key` header (at most 255 characters). */
+  idempotencyKey?: string;
+}
+
+export interface SubmitResult {
+  job: JobSnapshot;
+  /** True when the server answered an `Idempotency-Key` replay (`200`, `Idempotent-Replayed: true`). */
+  replayed: boolean;
+  /** The `Retry-After` hint in ms: when polling the job first makes sense. Null when absent. */
+  retryAfterMs: number | null;
+  /** The `Location` header (the job's URL path), or null when absent. */
+  location: string | null;
+}
+
+export interface GetResult {
+  job: JobSnapshot;
+  /** The `Retry-After` hint in ms; null for a terminal job. */
+  retryAfterMs: number | null;
+}
+
+export interface ListFilters extends RequestOptions {
+  status?: JobState | JobState[];
+  type?: string;
+  /** Page size, 1–1000 (server default 50). */
+  limit?: number;
+  cursor?: string;
+}
+
+export interface JobPage {
+  items: JobSnapshot[];
+  /** Pass as `cursor` for the next page; null on the last one. */
+  nextCursor: string | null;
+}
+
+export interface JobTransition {
+  from: JobState | null;
+  to: JobState;
+  /** ISO 8601. */
+  at: string;
+  reason: string;
+  attempt: number;
+  workerId: string | null;
+}
+
+export interface JobStats {
+  counts: Record<JobState, number>;
+  rates: { submittedPerMinute: number; finishedPerMinute: number };
+  /** Run times in ms per task type, over jobs finished in the last 15 minutes. */
+  durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
+}
+
+export interface StreamTokenRequest extends RequestOptions {
+  /** The job ids the token grants. */
+  jobs?: string[];
+  /** Grant the tenant-wide feed. */
+  all?: boolean;
+  /** Default 300, at most 3600. */
+  ttlSeconds?: number;
+}
+
+export interface StreamToken {
+  token: string;
+  /** ISO 8601. */
+  expiresAt: string;
+}
+
+export interface WaitOptions extends RequestOptions {
+  /** Give up after this long: rejects with `LonghaulTimeoutError`. */
+  timeoutMs?: number;
+  /** Called with the first snapshot and then with every changed one. */
+  onUpdate?: (job: JobSnapshot) => void;
+  polling?: PollingOptions;
+}
+
+export interface StreamOptions extends RequestOptions {
+  /** Called with every snapshot before it is yielded. */
+  onSnapshot?: (job: JobSnapshot) => void;
+  /** Resume after this event id (sent as `Last-Event-ID` on the first connection). */
+  lastEventId?: string;
+  polling?: PollingOptions;
+}
+
+const DEFAULT_POLLING: Required<PollingOptions> = { initialMs: 1000, maxMs: 10_000, minMs: 50 };
+const DEFAULT_STREAM: Required<StreamTuning> = { retryMs: 2000, fallbackDrops: 3, fallbackWindowMs: 30_000 };
+/** Answers to a reconnect that mean "try again later" rather than "stop". */
+const TRANSIENT_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504]);
+/** SSE event names that carry a job snapshot (`message` for servers that name none). */
+const SNAPSHOT_EVENTS: ReadonlySet<string> = new Set(['status', 'progress', 'message']);
+
+/**
+ * What makes two snapshots "the same" for deduplication. Field-wise rather than the JSON text,
+ * because a `GET` answer and an SSE frame of the same state may order their keys differently.
+ */
+export function snapshotKey(job: JobSnapshot): string {
+  const p = job.progress;
+  return [job.status, job.updatedAt, p?.updatedAt, p?.percent, job.attempts, job.cancelRequested, job.stalled].join('|');
+}
+
+function parseSnapshot(data: string): JobSnapshot | null {
+  try {
+    const v: unknown = JSON.parse(data);
+    if (v && typeof v === 'object' && typeof (v as JobSnapshot).id === 'string' && typeof (v as JobSnapshot).status === 'string') return v as JobSnapshot;
+  } catch {
+    // Not a snapshot: ignored.
+  }
+  return null;
+}
+
+function linkedController(signal: AbortSignal | undefined): { ctrl: AbortController; dispose: () => void } {
+  const ctrl = new AbortController();
+  if (!signal) return { ctrl, dispose: () => undefined };
+  if (signal.aborted) {
+    ctrl.abort(signal.reason);
+    return { ctrl, dispose: () => undefined };
+  }
+  const onAbort = () => ctrl.abort(signal.reason);
+  signal.addEventListener('abort', onAbort, { once: true });
+  return { ctrl, dispose: () => signal.removeEventListener('abort', onAbort) };
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+const enc = encodeURIComponent;
+
+export class LonghaulClient {
+  readonly baseUrl: string;
+  private readonly fetchFn: FetchLike;
+  private readonly baseHeaders: Headers;
+  private readonly polling: Required<PollingOptions>;
+  private readonly tuning: Required<StreamTuning>;
+
+  constructor(options: LonghaulClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    // Wrapped rather than stored: a bare `fetch` called as a method throws "Illegal invocation"
+    // in browsers, and a late polyfill of the global still gets picked up.
+    const custom = options.fetch;
+    this.fetchFn = custom ? (input, init) => custom(input, init) : (input, init) => globalThis.fetch(input, init);
+    this.baseHeaders = new Headers(options.headers);
+    if (!this.baseHeaders.has('accept')) this.baseHeaders.set('accept', 'application/json');
+    if (options.apiKey) this.baseHeaders.set('authorization', `Bearer ${options.apiKey}`);
+    this.polling = { ...DEFAULT_POLLING, ...options.polling };
+    this.tuning = { ...DEFAULT_STREAM, ...options.stream };
+  }
+
+  // ---- plain requests ------------------------------------------------------------------------
+
+  /** Submits a job; resolves to its snapshot (`202`, or `200` for an idempotent replay). */
+  async submit(type: string, input?: unknown, options: SubmitOptions = {}): Promise<JobSnapshot> {
+    return (await this.submitDetailed(type, input, options)).job;
+  }
+
+  /** Like `submit()`, with what the headers said: replayed or not, `Retry-After`, `Location`. */
+  async submitDetailed(type: string, input?: unknown, options: SubmitOptions = {}): Promise<SubmitResult> {
+    const body: Record<string, unknown> = { type };
+    if (input !== undefined) body.input = input;
+    if (options.priority !== undefined) body.priority = options.priority;
+    if (options.runAt !== undefined) body.runAt = options.runAt instanceof Date ? options.runAt.toISOString() : options.runAt;
+    if (options.delayMs !== undefined) body.delayMs = options.delayMs;
+    if (options.maxAttempts !== undefined) body.maxAttempts = options.maxAttempts;
+    if (options.timeoutMs !== undefined) body.timeoutMs = options.timeoutMs;
+    if (options.metadata !== undefined) body.metadata = options.metadata;
+    const headers: Record<string, string> = {};
+    if (options.idempotencyKey !== undefined) headers['idempotency-key'] = options.idempotencyKey;
+    const res = await this.request('POST', '/v1/jobs', { body, headers, signal: options.signal });
+    const job = (await res.json()) as JobSnapshot;
+    return {
+      job,
+      replayed: res.headers.get('idempotent-replayed') === 'true' || res.status === 200,
+      retryAfterMs: parseRetryAfter(res.headers.get('retry-after')),
+      location: res.headers.get('location'),
+    };
+  }
+
+  /** The job's current snapshot. */
+  async get(id: string, options: RequestOptions = {}): Promise<JobSnapshot> {
+    return (await this.getDetailed(id, options)).job;
+  }
+
+  /** The snapshot plus the server's `Retry-After` hint (present while the job is not terminal). */
+  async getDetailed(id: string, options: RequestOptions = {}): Promise<GetResult> {
+    const res = await this.request('GET', `/v1/jobs/${enc(id)}`, { signal: options.signal });
+    const job = (await res.json()) as JobSnapshot;
+    return { job, retryAfterMs: parseRetryAfter(res.headers.get('retry-after')) };
+  }
+
+  /** One page of jobs, newest first. */
+  async list(filters: ListFilters = {}): Promise<JobPage> {
+    const query = new URLSearchParams();
+    if (filters.status !== undefined) query.set('status', Array.isArray(filters.status) ? filters.status.join(',') : filters.status);
+    if (filters.type !== undefined) query.set('type', filters.type);
+    if (filters.limit !== undefined) query.set('limit', String(filters.limit));
+    if (filters.cursor !== undefined) query.set('cursor', filters.cursor);
+    const res = await this.request('GET', '/v1/jobs', { query, signal: filters.signal });
+    const page = (await res.json()) as { items: JobSnapshot[]; nextCursor?: string | null };
+    return { items: page.items, nextCursor: page.nextCursor ?? null };
+  }
+
+  /** Every matching job, newest first, following `nextCursor` page after page (`limit` is the page size). */
+  async *listAll(filters: Omit<ListFilters, 'cursor'> & { cursor?: string } = {}): AsyncGenerator<JobSnapshot, void, undefined> {
+    let cursor = filters.cursor;
+    for (;;) {
+      const page = await this.list({ ...filters, cursor });
+      yield* page.items;
+      if (!page.nextCursor || page.nextCursor === cursor) return;
+      cursor = page.nextCursor;
+    }
+  }
+
+  /** Cancels a job: `cancelled`, or `running` with `cancelRequested: true` while its handler stops. */
+  async cancel(id: string, options: RequestOptions = {}): Promise<JobSnapshot> {
+    const res = await this.request('POST', `/v1/jobs/${enc(id)}/cancel`, { signal: options.signal });
+    return (await res.json()) as JobSnapshot;
+  }
+
+  /** Requeues a failed or cancelled job with a fresh attempt budget. */
+  async retry(id: string, options: RequestOptions = {}): Promise<JobSnapshot> {
+    const res = await this.request('POST', `/v1/jobs/${enc(id)}/retry`, { signal: options.signal });
+    return (await res.json()) as JobSnapshot;
+  }
+
+  /** The job's transition log, oldest first. */
+  async transitions(id: string, options: RequestOptions = {}): Promise<JobTransition[]> {
+    const res = await this.request('GET', `/v1/jobs/${enc(id)}/transitions`, { signal: options.signal });
+    return ((await res.json()) as { items: JobTransition[] }).items;
+  }
+
+  async stats(options: RequestOptions = {}): Promise<JobStats> {
+    const res = await this.request('GET', '/v1/stats', { signal: options.signal });
+    return (await res.json()) as JobStats;
+  }
+
+  /** Mints a short-lived token for `EventSource` / WebSocket URLs (`?token=`). */
+  async streamToken(request: StreamTokenRequest = {}): Promise<StreamToken> {
+    const body: Record<string, unknown> = {};
+    if (request.jobs !== undefined) body.jobs = request.jobs;
+    if (request.all !== undefined) body.all = request.all;
+    if (request.ttlSeconds !== undefined) body.ttlSeconds = request.ttlSeconds;
+    const res = await this.request('POST', '/v1/stream-tokens', { body, signal: request.signal });
+    return (await res.json()) as StreamToken;
+  }
+
+  // ---- following a job -----------------------------------------------------------------------
+
+  /**
+   * Polls the job until it is terminal and resolves with the terminal snapshot.
+   *
+   * Spacing: the server's `Retry-After` when it sends one (floored at `polling.minMs`);
+   * otherwise 1 s, 2 s, 4 s, … capped at 10 s, back to 1 s whenever the snapshot changed.
+   * Rejects with `LonghaulTimeoutError` after `timeoutMs`, with the signal's reason when aborted,
+   * and with the error of a failed read (`LonghaulApiError`, network errors) at once.
+   */
+  async wait(id: string, options: WaitOptions = {}): Promise<JobSnapshot> {
+    const { ctrl, dispose } = linkedController(options.signal);
+    let last: JobSnapshot | null = null;
+    const timer =
+      options.timeoutMs !== undefined
+        ? setTimeout(() => ctrl.abort(new LonghaulTimeoutError(id, options.timeoutMs as number, last)), options.timeoutMs)
+        : undefined;
+    try {
+      for await (const job of this.pollChanges(id, ctrl.signal, null, options.polling)) {
+        last = job;
+        options.onUpdate?.(job);
+        if (isTerminal(job.status)) return job;
+      }
+      throw new Error('unreachable: polling ended before a terminal snapshot');
+    } catch (err) {
+      if (ctrl.signal.aborted) throw ctrl.signal.reason;
+      throw err;
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
+      dispose();
+    }
+  }
+
+  /**
+   * Live snapshots of one job over Server-Sent Events; ends after the terminal one.
+   *
+   * - A dropped connection is resumed after the server's `retry:` delay (2 s when it sent none)
+   *   with `Last-Event-ID`, so nothing is missed; snapshots are never yielded twice.
+   * - After `stream.fallbackDrops` (3) drops within `stream.fallbackWindowMs` (30 s) — failed
+   *   reconnects and `429/502/503/504` answers to a reconnect count as drops — it switches to
+   *   polling (spaced like `wait()`), yielding every changed snapshot until a terminal one.
+   * - A `204` means the job finished and the client already had its last frame: the job is read
+   *   once and yielded if it was not yet, and the stream ends.
+   * - Errors of the first connection (a `404`, an unreachable server) are thrown; so are the
+   *   errors of polling. Aborting the signal — or leaving the `for await` early — closes the
+   *   connection; an abort rejects with the signal's reason.
+   */
+  async *stream(id: string, options: StreamOptions = {}): AsyncGenerator<JobSnapshot, void, undefined> {
+    const { ctrl, dispose } = linkedController(options.signal);
+    const signal = ctrl.signal;
+    const url = this.url(`/v1/jobs/${enc(id)}/events`);
+    let lastEventId = options.lastEventId ?? '';
+    let retryMs = this.tuning.retryMs;
+    let lastKey: string | null = null;
+    let maxSeq = Number.NEGATIVE_INFINITY;
+    let connected = false;
+    const drops: number[] = [];
+    const emit = (job: JobSnapshot): JobSnapshot => {
+      lastKey = snapshotKey(job);
+      options.onSnapshot?.(job);
+      return job;
+    };
+    try {
+      for (;;) {
+        let extraDelayMs = 0;
+        let res: Response | undefined;
+        try {
+          const headers = this.headers({ accept: 'text/event-stream' });
+          if (lastEventId !== '') headers.set('last-event-id', lastEventId);
+          res = await this.fetchFn(url, { method: 'GET', headers, signal });
+        } catch (err) {
+          if (signal.aborted) throw signal.reason;
+          if (!connected) throw err;
+          // A failed reconnect counts as a drop.
+        }
+        if (res?.status === 204) {
+          await res.body?.cancel().catch(() => undefined);
+          const job = await this.get(id, { signal });
+          if (snapshotKey(job) !== lastKey) yield emit(job);
+          return;
+        }
+        if (res && !res.ok) {
+          const err = await LonghaulApiError.fromResponse(res, 'GET', url);
+          if (!connected || !TRANSIENT_STATUSES.has(res.status)) throw err;
+          extraDelayMs = err.retryAfterMs ?? 0;
+        } else if (res?.body) {
+          connected = true;
+          const items = readSse(res.body, new SseParser(lastEventId));
+          try {
+            for (;;) {
+              let step: IteratorResult<SseItem, void>;
+              try {
+                step = await items.next();
+              } catch {
+                if (signal.aborted) throw signal.reason;
+                break; // the connection dropped mid-stream
+              }
+              if (step.done) break;
+              const item = step.value;
+              if (item.kind === 'retry') retryMs = item.ms;
+              if (item.kind !== 'event') continue;
+              lastEventId = item.id;
+              if (!SNAPSHOT_EVENTS.has(item.event)) continue;
+              const job = parseSnapshot(item.data);
+              if (!job) continue;
+              if (/^\d+$/.test(item.id)) {
+                const seq = Number(item.id);
+                if (seq < maxSeq) continue; // older than what we already have
+                maxSeq = seq;
+              }
+              if (snapshotKey(job) === lastKey) continue;
+              yield emit(job);
+              if (isTerminal(job.status)) return;
+            }
+          } finally {
+            await items.return(undefined).catch(() => undefined);
+          }
+        } else if (res) {
+          connected = true; // a 200 without a body: nothing to read, treat as a drop
+        }
+
+        const now = Date.now();
+        drops.push(now);
+        while (drops.length > 0 && (drops[0] ?? now) <= now - this.tuning.fallbackWindowMs) drops.shift();
+        if (drops.length >= this.tuning.fallbackDrops) {
+          for await (const job of this.pollChanges(id, signal, lastKey, options.polling)) {
+            yield emit(job);
+            if (isTerminal(job.status)) return;
+          }
+          return;
+        }
+        await sleep(Math.max(retryMs, extraDelayMs), signal);
+      }
+    } finally {
+      dispose();
+      ctrl.abort();
+    }
+  }
+
+  /** Polls `GET /v1/jobs/{id}`, yielding each snapshot that differs from the previous one; ends after a terminal one. */
+  private async *pollChanges(id: string, signal: AbortSignal, lastKey: string | null, override?: PollingOptions): AsyncGenerator<JobSnapshot, void, undefined> {
+    const polling = { ...this.polling, ...override };
+    let backoff = polling.initialMs;
+    let key = lastKey;
+    for (;;) {
+      const { job, retryAfterMs } = await this.getDetailed(id, { signal });
+      const k = snapshotKey(job);
+      if (k !== key) {
+        key = k;
+        backoff = polling.initialMs;
+        yield job;
+      }
+      if (isTerminal(job.status)) return;
+      let delay: number;
+      if (retryAfterMs !== null) {
+        delay = Math.max(retryAfterMs, polling.minMs);
+      } else {
+        delay = backoff;
+        backoff = Math.min(backoff * 2, polling.maxMs);
+      }
+      await sleep(delay, signal);
+    }
+  }
+
+  // ---- plumbing ------------------------------------------------------------------------------
+
+  private url(path: string, query?: URLSearchParams): string {
+    const q = query?.toString();
+    return `${this.baseUrl}${path}${q ? `?${q}` : ''}`;
+  }
+
+  private headers(extra?: Record<string, string>): Headers {
+    const h = new Headers(this.baseHeaders);
+    if (extra) for (const [k, v] of Object.entries(extra)) h.set(k, v);
+    return h;
+  }
+
+  private async request(
+    method: string,
+    path: string,
+    init: { body?: unknown; headers?: Record<string, string>; query?: URLSearchParams; signal?: AbortSignal | undefined },
+  ): Promise<Response> {
+    const url = this.url(path, init.query);
+    const headers = this.headers(init.headers);
+    let body: string | undefined;
+    if (init.body !== undefined) {
+      headers.set('content-type', 'application/json');
+      body = JSON.stringify(init.body);
+    }
+    let res: Response;
+    try {
+      res = await this.fetchFn(url, { method, headers, body, signal: init.signal });
+    } catch (err) {
+      if (init.signal?.aborted) throw init.signal.reason;
+      throw err;
+    }
+    if (!res.ok) throw await LonghaulApiError.fromResponse(res, method, url);
+    return res;
+  }
+}

@@ -1,0 +1,141 @@
+/**
+ * Errors that steer jobs (thrown by handlers) and the typed errors of the library API.
+ * Every library error carries a stable `code` and the HTTP status the API maps it to.
+ */
+
+/** Thrown by a handler: do not retry, the job goes straight to `failed`. */
+export class FatalError extends Error {
+  readonly code: string;
+  constructor(message: string, options?: { code?: string; cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'FatalError';
+    this.code = options?.code ?? 'FATAL';
+  }
+}
+
+/** Thrown by a handler: retry (while attempts remain), optionally after a fixed delay. */
+export class RetryableError extends Error {
+  readonly code: string;
+  readonly delayMs: number | undefined;
+  constructor(message: string, options?: { code?: string; delayMs?: number; cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'RetryableError';
+    this.code = options?.code ?? 'RETRYABLE';
+    this.delayMs = options?.delayMs;
+  }
+}
+
+export interface JobError {
+  message: string;
+  code: string;
+  retryable: boolean;
+}
+
+export interface Classified {
+  error: JobError;
+  /** A delay the handler asked for, overriding backoff. */
+  delayMs?: number;
+}
+
+function statusOf(err: object): number | undefined {
+  const candidate = (err as { status?: unknown; statusCode?: unknown }).status ?? (err as { statusCode?: unknown }).statusCode;
+  return typeof candidate === 'number' ? candidate : undefined;
+}
+
+/**
+ * Retryable or fatal. FatalError, validation errors (zod's ZodError, a `name` ending in
+ * ValidationError) and 4xx-like errors (a `status`/`statusCode` of 400–499 other than 408
+ * and 429) are fatal; RetryableError and everything unknown retries.
+ */
+export function classifyError(err: unknown): Classified {
+  if (err instanceof RetryableError) {
+    return { error: { message: err.message, code: err.code, retryable: true }, ...(err.delayMs === undefined ? {} : { delayMs: err.delayMs }) };
+  }
+  if (err instanceof FatalError) return { error: { message: err.message, code: err.code, retryable: false } };
+  if (err instanceof Error) {
+    const code = typeof (err as { code?: unknown }).code === 'string' ? String((err as { code?: unknown }).code) : err.name || 'Error';
+    const status = statusOf(err);
+    const validation = err.name === 'ZodError' || /ValidationError$/.test(err.name);
+    const clientError = status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
+    return { error: { message: err.message || err.name, code, retryable: !(validation || clientError) } };
+  }
+  return { error: { message: typeof err === 'string' ? err : safeString(err), code: 'NON_ERROR_THROWN', retryable: true } };
+}
+
+function safeString(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+/** Base class of every error the library API throws on purpose. */
+export class LonghaulError extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly status: number,
+    readonly details?: unknown,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+export class UnknownTaskError extends LonghaulError {
+  constructor(readonly type: string) {
+    super(`unknown task type "${type}"`, 'UNKNOWN_TASK', 422);
+  }
+}
+
+export interface FieldIssue {
+  path: string;
+  message: string;
+}
+
+export class InputValidationError extends LonghaulError {
+  constructor(
+    readonly type: string,
+    readonly issues: FieldIssue[],
+  ) {
+    super(`input for "${type}" is invalid: ${issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ')}`, 'INVALID_INPUT', 422, issues);
+  }
+}
+
+export class InvalidOptionsError extends LonghaulError {
+  constructor(message: string) {
+    super(message, 'INVALID_OPTIONS', 400);
+  }
+}
+
+export class JobNotFoundError extends LonghaulError {
+  constructor(readonly id: string) {
+    super(`job ${id} not found`, 'NOT_FOUND', 404);
+  }
+}
+
+export class JobStateConflictError extends LonghaulError {
+  constructor(
+    readonly id: string,
+    readonly state: string,
+    action: string,
+  ) {
+    super(`cannot ${action} job ${id}: it is ${state}`, 'STATE_CONFLICT', 409);
+  }
+}
+
+export class IdempotencyConflictError extends LonghaulError {
+  constructor(readonly key: string) {
+    super(`idempotency key "${key}" was already used with a different request`, 'IDEMPOTENCY_CONFLICT', 422);
+  }
+}
+
+export class QueueFullError extends LonghaulError {
+  constructor(
+    readonly backlog: number,
+    readonly limit: number,
+  ) {
+    super(`queue is full (${backlog} jobs waiting, limit ${limit})`, 'QUEUE_FULL', 503);
+  }
+}

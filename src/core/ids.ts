@@ -1,0 +1,74 @@
+/**
+ * UUIDv7 ids (RFC 9562): 48 bits of Unix milliseconds, then randomness. Ids made in one
+ * process are strictly increasing even within a millisecond (a 12-bit counter in rand_a,
+ * method 1 of the RFC), so they double as a stable sort key and list cursor.
+ */
+import { getRandomValues } from 'node:crypto';
+
+let lastMs = -1;
+let counter = 0;
+const pool = new Uint8Array(10 * 256);
+let poolOffset = pool.length;
+
+function randomBytes10(): Uint8Array {
+  if (poolOffset >= pool.length) {
+    getRandomValues(pool);
+    poolOffset = 0;
+  }
+  const out = pool.subarray(poolOffset, poolOffset + 10);
+  poolOffset += 10;
+  return out;
+}
+
+const HEX: string[] = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
+
+export function uuidv7(now: number = Date.now()): string {
+  const rnd = randomBytes10();
+  let ms = now;
+  if (ms <= lastMs) {
+    ms = lastMs;
+    counter++;
+    if (counter > 0xfff) {
+      // Counter exhausted within one millisecond: borrow the next millisecond.
+      ms = ++lastMs;
+      counter = (rnd[0] ?? 0) & 0x3f;
+    }
+  } else {
+    lastMs = ms;
+    counter = (((rnd[0] ?? 0) << 4) | ((rnd[1] ?? 0) >> 4)) & 0x3ff; // leave headroom for increments
+  }
+  const b = new Uint8Array(16);
+  b[0] = Math.floor(ms / 2 ** 40) & 0xff;
+  b[1] = Math.floor(ms / 2 ** 32) & 0xff;
+  b[2] = (ms >>> 24) & 0xff;
+  b[3] = (ms >>> 16) & 0xff;
+  b[4] = (ms >>> 8) & 0xff;
+  b[5] = ms & 0xff;
+  b[6] = 0x70 | ((counter >> 8) & 0x0f);
+  b[7] = counter & 0xff;
+  b[8] = 0x80 | ((rnd[2] ?? 0) & 0x3f);
+  for (let i = 9; i < 16; i++) b[i] = rnd[i - 6] ?? 0;
+  let s = '';
+  for (let i = 0; i < 16; i++) {
+    s += HEX[b[i] ?? 0];
+    if (i === 3 || i === 5 || i === 7 || i === 9) s += '-';
+  }
+  return s;
+}
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+export function isUuid(value: unknown): value is string {
+  return typeof value === 'string' && UUID_RE.test(value);
+}
+
+/** The millisecond timestamp a UUIDv7 carries. */
+export function uuidv7Time(id: string): number {
+  return Number.parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
+}
+
+/** The smallest UUIDv7 of millisecond `ms`: ids ≥ it were made at or after `ms`. */
+export function uuidv7Floor(ms: number): string {
+  const hex = Math.max(0, Math.floor(ms)).toString(16).padStart(12, '0');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-7000-8000-000000000000`;
+}

@@ -1,0 +1,129 @@
+/** The job record every store keeps, its transition log entries, and the public snapshot. */
+import type { JobError } from './errors.js';
+import type { Progress } from './progress.js';
+import type { JobState } from './states.js';
+
+export const PRIORITIES = ['critical', 'high', 'normal', 'low'] as const;
+export type Priority = (typeof PRIORITIES)[number];
+
+/** Stored rank: lower runs first. */
+export function priorityRank(p: Priority): number {
+  return PRIORITIES.indexOf(p);
+}
+
+export function priorityName(rank: number): Priority {
+  return PRIORITIES[rank] ?? 'normal';
+}
+
+export interface Checkpoint {
+  version: number;
+  data: unknown;
+  /** Set by a store when the saved bytes could not be read back; the next attempt starts over. */
+  corrupt?: boolean;
+}
+
+/** A job as stores hold it. Times are Unix milliseconds. */
+export interface JobRecord {
+  id: string;
+  tenant: string;
+  type: string;
+  state: JobState;
+  priority: Priority;
+  input: unknown;
+  metadata: Record<string, unknown> | null;
+  result: unknown;
+  error: JobError | null;
+  attempts: number;
+  maxAttempts: number;
+  /** Fencing token: incremented by every claim. */
+  lease: number;
+  workerId: string | null;
+  cancelRequested: boolean;
+  cancelReason: string | null;
+  cancelRequestedAt: number | null;
+  stalled: boolean;
+  parentId: string | null;
+  createdAt: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+  updatedAt: number;
+  runAt: number;
+  expiresAt: number | null;
+  heartbeatAt: number | null;
+  timeoutMs: number | null;
+  heartbeatTimeoutMs: number;
+  stallTimeoutMs: number | null;
+  resultTtlMs: number;
+  checkpoint: Checkpoint | null;
+  idempotencyKey: string | null;
+  progress: Progress;
+}
+
+/** One entry of a job's transition log. `from === to` marks an annotation (e.g. cancel requested). */
+export interface TransitionEntry {
+  from: JobState | null;
+  to: JobState;
+  at: number;
+  reason: string;
+  attempt: number;
+  workerId: string | null;
+}
+
+/** The public view of a job, identical in the library API, HTTP and events. */
+export interface JobSnapshot {
+  id: string;
+  type: string;
+  status: JobState;
+  priority: Priority;
+  input: unknown;
+  metadata: Record<string, unknown> | null;
+  progress: Progress;
+  result: unknown;
+  resultUrl: string | null;
+  error: JobError | null;
+  attempts: number;
+  maxAttempts: number;
+  cancelRequested: boolean;
+  stalled: boolean;
+  parentId: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  updatedAt: string;
+  runAt: string;
+  expiresAt: string | null;
+  links: { self: string; events: string; cancel: string };
+}
+
+function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}
+
+export function toSnapshot(job: JobRecord, basePath = '/v1/jobs'): JobSnapshot {
+  const self = `${basePath}/${job.id}`;
+  const progress = job.state === 'succeeded' && job.progress.percent !== 100 ? { ...job.progress, percent: 100, eta: 0 } : job.progress;
+  return {
+    id: job.id,
+    type: job.type,
+    status: job.state,
+    priority: job.priority,
+    input: job.input,
+    metadata: job.metadata,
+    progress,
+    result: job.result ?? null,
+    resultUrl: null,
+    error: job.error,
+    attempts: job.attempts,
+    maxAttempts: job.maxAttempts,
+    cancelRequested: job.cancelRequested,
+    stalled: job.stalled,
+    parentId: job.parentId,
+    createdAt: iso(job.createdAt) as string,
+    startedAt: iso(job.startedAt),
+    finishedAt: iso(job.finishedAt),
+    updatedAt: iso(job.updatedAt) as string,
+    runAt: iso(job.runAt) as string,
+    expiresAt: iso(job.expiresAt),
+    links: { self, events: `${self}/events`, cancel: `${self}/cancel` },
+  };
+}

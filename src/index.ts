@@ -1,0 +1,27 @@
+/** Longhaul's public entry point. */
+export { JobBus, type JobEventName, type JobEvents } from './channel/bus.js';
+export { DEFAULTS, type LonghaulConfig, resolveConfig } from './config.js';
+export { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './core/backoff.js';
+export {
+  classifyError,
+  FatalError,
+  IdempotencyConflictError,
+  InputValidationError,
+  InvalidOptionsError,
+  type JobError,
+  JobNotFoundError,
+  JobStateConflictError,
+  LonghaulError,
+  QueueFullError,
+  RetryableError,
+  UnknownTaskError,
+} from './core/errors.js';
+export { uuidv7 } from './core/ids.js';
+export type { JobSnapshot, Priority } from './core/job.js';
+export type { Progress, ProgressUpdate } from './core/progress.js';
+export { canTransition, isTerminal, JOB_STATES, type JobState, TERMINAL_STATES } from './core/states.js';
+export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WorkerHandle } from './longhaul.js';
+export { SqliteStore } from './store/sqlite/sqlite-store.js';
+export type { Store } from './store/store.js';
+export { collectTasks, defineTask, type Task, type TaskContext } from './tasks/define.js';
+export { JobAbortedError, LeaseLostError } from './worker/abort.js';

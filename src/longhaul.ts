@@ -1,0 +1,589 @@
+/**
+ * The library API (DESIGN §3): `Longhaul.open({ database, tasks })`, then submit, get, list,
+ * cancel, retry, transitions, watch, startWorker, close. The HTTP server and the CLI are thin
+ * layers over this class.
+ */
+import { createHash } from 'node:crypto';
+import pino, { type Logger } from 'pino';
+import { JobBus } from './channel/bus.js';
+import { type LonghaulConfig, resolveConfig } from './config.js';
+import {
+  IdempotencyConflictError,
+  InputValidationError,
+  InvalidOptionsError,
+  JobNotFoundError,
+  JobStateConflictError,
+  QueueFullError,
+  UnknownTaskError,
+} from './core/errors.js';
+import { uuidv7 } from './core/ids.js';
+import { type JobRecord, type JobSnapshot, PRIORITIES, type Priority, toSnapshot } from './core/job.js';
+import { IMMEDIATELY_CANCELLABLE, isJobState, isTerminal, type JobState } from './core/states.js';
+import { SqliteStore } from './store/sqlite/sqlite-store.js';
+import { Batcher } from './store/batcher.js';
+import type { InsertResult, NewJob, Store } from './store/store.js';
+import { Sweeper } from './sweeper/sweeper.js';
+import { collectTasks, isTask, type Task } from './tasks/define.js';
+import { validateInput } from './tasks/schema.js';
+import { Worker, type WorkerOptions } from './worker/runtime.js';
+
+export interface OpenOptions extends Partial<LonghaulConfig> {
+  /** A SQLite path (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
+  database?: string;
+  store?: Store;
+  /** Tasks: an array, an object of tasks, or an imported tasks module. */
+  tasks?: readonly Task[] | Record<string, unknown>;
+  logger?: Logger;
+}
+
+export interface SubmitOptions {
+  priority?: Priority;
+  /** When to run: a Date, an ISO string or epoch ms. Not with delayMs. */
+  runAt?: Date | string | number;
+  delayMs?: number;
+  maxAttempts?: number;
+  timeoutMs?: number;
+  metadata?: Record<string, unknown>;
+  idempotencyKey?: string;
+  tenant?: string;
+  parentId?: string;
+}
+
+export interface TenantScope {
+  tenant?: string;
+}
+
+export interface ListOptions extends TenantScope {
+  status?: JobState | JobState[];
+  type?: string;
+  limit?: number;
+  cursor?: string | null;
+}
+
+export interface PublicTransition {
+  from: JobState | null;
+  to: JobState;
+  at: string;
+  reason: string;
+  attempt: number;
+  workerId: string | null;
+}
+
+export interface StartWorkerOptions extends Partial<Pick<WorkerOptions, 'concurrency' | 'workerId' | 'pollIntervalMs' | 'cancelPollMs' | 'progressIntervalMs'>> {
+  /** Also run the sweeper in this process. Default true. */
+  sweeper?: boolean;
+  /** Drain running jobs and exit on SIGTERM/SIGINT. Default false (the CLI turns it on). */
+  handleSignals?: boolean;
+  /** How long a graceful stop waits for running jobs before handing them back. Default 10 000 ms. */
+  drainMs?: number;
+}
+
+export interface WorkerHandle {
+  readonly id: string;
+  readonly stats: Worker['stats'];
+  stop(options?: { drainMs?: number }): Promise<void>;
+  idle(): Promise<void>;
+}
+
+export interface JobStats {
+  counts: Record<JobState, number>;
+  rates: { submittedPerMinute: number; finishedPerMinute: number };
+  /** Run time (startedAt → finishedAt of the last attempt) in ms, per task type. */
+  durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
+}
+
+const MAX_IDEMPOTENCY_KEY = 255;
+const MAX_ATTEMPTS_LIMIT = 1000;
+
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value && typeof value === 'object') {
+    const keys = Object.keys(value as object)
+      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
+      .sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(value ?? null);
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && (Object.getPrototypeOf(v) === Object.prototype || Object.getPrototypeOf(v) === null);
+}
+
+function toEpoch(runAt: Date | string | number): number {
+  const ms = runAt instanceof Date ? runAt.getTime() : typeof runAt === 'string' ? Date.parse(runAt) : runAt;
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) throw new InvalidOptionsError(`runAt must be a date, an ISO 8601 string or epoch ms (got ${JSON.stringify(runAt)})`);
+  return ms;
+}
+
+function snapshotKey(s: JobSnapshot): string {
+  return `${s.status}|${s.updatedAt}|${s.progress.updatedAt}|${s.cancelRequested}|${s.stalled}|${s.attempts}`;
+}
+
+export class Longhaul {
+  readonly bus = new JobBus();
+  readonly config: LonghaulConfig;
+  readonly logger: Logger;
+  private readonly taskMap = new Map<string, Task>();
+  private readonly workers = new Set<WorkerHandle>();
+  private sweeper: Sweeper | null = null;
+  /** Concurrent submissions share one transaction (group commit). */
+  private readonly inserts = new Batcher<NewJob, InsertResult>((jobs) =>
+    this.store.insertJobs({ jobs, ...(this.config.maxQueued === undefined ? {} : { maxBacklog: this.config.maxQueued }) }),
+  );
+  private closed = false;
+  private signalCleanup: (() => void) | null = null;
+
+  private constructor(
+    readonly store: Store,
+    config: LonghaulConfig,
+    tasks: Task[],
+    logger: Logger,
+    private readonly ownsStore: boolean,
+  ) {
+    this.config = config;
+    this.logger = logger;
+    for (const t of tasks) this.taskMap.set(t.type, t);
+  }
+
+  static async open(options: OpenOptions = {}): Promise<Longhaul> {
+    const config = resolveConfig(options);
+    const logger = options.logger ?? pino({ level: process.env.LONGHAUL_LOG_LEVEL ?? 'info', name: 'longhaul' });
+    const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
+    let store = options.store;
+    if (!store) {
+      if (/^postgres(ql)?:\/\//.test(config.database)) {
+        throw new InvalidOptionsError('PostgreSQL databases are not supported by this version of Longhaul yet; use a SQLite file path');
+      }
+      store = new SqliteStore({ path: config.database });
+    }
+    await store.migrate();
+    return new Longhaul(store, config, tasks, logger, options.store === undefined);
+  }
+
+  /** Registers more tasks (e.g. a tasks module loaded after open). */
+  register(...tasks: Task[]): void {
+    for (const t of tasks) {
+      if (!isTask(t)) throw new TypeError('register() takes values made by defineTask()');
+      const prior = this.taskMap.get(t.type);
+      if (prior && prior !== t) throw new Error(`a different task with type "${t.type}" is already registered`);
+      this.taskMap.set(t.type, t);
+    }
+  }
+
+  get tasks(): ReadonlyMap<string, Task> {
+    return this.taskMap;
+  }
+
+  // ---- submit ---------------------------------------------------------------------------
+
+  private async prepare(type: unknown, input: unknown, options: SubmitOptions, now: number): Promise<NewJob> {
+    if (typeof type !== 'string' || type === '') throw new InvalidOptionsError('type must be a non-empty string');
+    const task = this.taskMap.get(type);
+    if (!task) throw new UnknownTaskError(type);
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new InvalidOptionsError('options must be an object');
+    const { priority, runAt, delayMs, maxAttempts, timeoutMs, metadata, idempotencyKey, tenant, parentId } = options;
+    if (priority !== undefined && !PRIORITIES.includes(priority)) throw new InvalidOptionsError(`priority must be one of ${PRIORITIES.join(', ')}`);
+    if (runAt !== undefined && delayMs !== undefined) throw new InvalidOptionsError('give runAt or delayMs, not both');
+    if (delayMs !== undefined && (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0)) {
+      throw new InvalidOptionsError('delayMs must be a non-negative number');
+    }
+    if (maxAttempts !== undefined && (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > MAX_ATTEMPTS_LIMIT)) {
+      throw new InvalidOptionsError(`maxAttempts must be an integer from 1 to ${MAX_ATTEMPTS_LIMIT}`);
+    }
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0)) {
+      throw new InvalidOptionsError('timeoutMs must be a positive number');
+    }
+    if (metadata !== undefined && !isPlainObject(metadata)) throw new InvalidOptionsError('metadata must be an object');
+    if (idempotencyKey !== undefined && (typeof idempotencyKey !== 'string' || idempotencyKey.length === 0 || idempotencyKey.length > MAX_IDEMPOTENCY_KEY)) {
+      throw new InvalidOptionsError(`idempotencyKey must be a string of 1 to ${MAX_IDEMPOTENCY_KEY} characters`);
+    }
+    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) throw new InvalidOptionsError('tenant must be a non-empty string');
+    let value: unknown = input ?? null;
+    try {
+      value = value === null ? null : JSON.parse(JSON.stringify(value));
+    } catch (err) {
+      throw new InvalidOptionsError(`input must be JSON-serializable: ${(err as Error).message}`);
+    }
+    if (task.input !== undefined) {
+      const checked = await validateInput(task.input, input === undefined ? undefined : value);
+      if (!checked.ok) throw new InputValidationError(type, checked.issues);
+      value = checked.value ?? null;
+    }
+    const when = runAt !== undefined ? toEpoch(runAt) : now + (delayMs ?? 0);
+    const requestHash =
+      idempotencyKey === undefined
+        ? null
+        : createHash('sha256')
+            .update(canonicalJson({ type, input: input ?? null, priority, runAt: runAt === undefined ? undefined : when, delayMs, maxAttempts, timeoutMs, metadata }))
+            .digest('base64url');
+    return {
+      id: uuidv7(now),
+      tenant: tenant ?? 'default',
+      type,
+      state: when > now ? 'pending' : 'queued',
+      priority: priority ?? task.priority ?? 'normal',
+      input: value,
+      metadata: metadata ?? null,
+      maxAttempts: maxAttempts ?? task.maxAttempts ?? this.config.defaultMaxAttempts,
+      runAt: when,
+      createdAt: now,
+      timeoutMs: timeoutMs ?? task.timeoutMs ?? null,
+      heartbeatTimeoutMs: task.heartbeatTimeoutMs ?? this.config.heartbeatTimeoutMs,
+      stallTimeoutMs: task.stallTimeoutMs !== undefined ? task.stallTimeoutMs : this.config.stallTimeoutMs,
+      resultTtlMs: task.resultTtlMs ?? this.config.resultTtlMs,
+      parentId: parentId ?? null,
+      idempotencyKey: idempotencyKey ?? null,
+      requestHash,
+    };
+  }
+
+  /** Submits a job; `replayed` is true when an idempotency key returned an existing job. */
+  async enqueue(type: string, input?: unknown, options: SubmitOptions = {}): Promise<{ job: JobSnapshot; replayed: boolean }> {
+    this.assertOpen();
+    const job = await this.prepare(type, input, options, Date.now());
+    return this.afterInsert(await this.inserts.add(job), job);
+  }
+
+  private afterInsert(res: InsertResult, job: NewJob): { job: JobSnapshot; replayed: boolean } {
+    switch (res.kind) {
+      case 'created':
+        this.bus.emit('job:submitted', { job: res.job });
+        return { job: toSnapshot(res.job), replayed: false };
+      case 'existing':
+        return { job: toSnapshot(res.job), replayed: true };
+      case 'conflict':
+        throw new IdempotencyConflictError(job.idempotencyKey ?? '');
+      case 'full':
+        throw new QueueFullError(res.backlog, this.config.maxQueued ?? 0);
+    }
+  }
+
+  async submit(type: string, input?: unknown, options: SubmitOptions = {}): Promise<JobSnapshot> {
+    return (await this.enqueue(type, input, options)).job;
+  }
+
+  /** Bulk enqueue in one transaction. Validation errors reject the whole batch before anything is written. */
+  async submitMany(jobs: ReadonlyArray<{ type: string; input?: unknown; options?: SubmitOptions }>): Promise<JobSnapshot[]> {
+    this.assertOpen();
+    const now = Date.now();
+    const prepared: NewJob[] = [];
+    for (const j of jobs) prepared.push(await this.prepare(j.type, j.input, j.options ?? {}, now));
+    const results = await this.store.insertJobs({ jobs: prepared, ...(this.config.maxQueued === undefined ? {} : { maxBacklog: this.config.maxQueued }) });
+    return results.map((r, i) => this.afterInsert(r, prepared[i] as NewJob).job);
+  }
+
+  // ---- reads ----------------------------------------------------------------------------
+
+  async get(id: string, scope: TenantScope = {}): Promise<JobSnapshot | null> {
+    this.assertOpen();
+    const job = await this.store.getJob({ id, ...scope });
+    return job ? toSnapshot(job) : null;
+  }
+
+  async list(options: ListOptions = {}): Promise<{ items: JobSnapshot[]; nextCursor: string | null }> {
+    this.assertOpen();
+    const states = options.status === undefined ? undefined : Array.isArray(options.status) ? options.status : [options.status];
+    for (const s of states ?? []) if (!isJobState(s)) throw new InvalidOptionsError(`unknown status "${String(s)}"`);
+    const limit = options.limit ?? 50;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidOptionsError('limit must be an integer from 1 to 1000');
+    let page: Awaited<ReturnType<Store['listJobs']>>;
+    try {
+      page = await this.store.listJobs({
+        limit,
+        ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
+        ...(states === undefined ? {} : { states }),
+        ...(options.type === undefined ? {} : { type: options.type }),
+        cursor: options.cursor ?? null,
+      });
+    } catch (err) {
+      if ((err as Error).message === 'invalid cursor') throw new InvalidOptionsError('cursor is invalid');
+      throw err;
+    }
+    return { items: page.items.map((j) => toSnapshot(j)), nextCursor: page.nextCursor };
+  }
+
+  async transitions(id: string, scope: TenantScope = {}): Promise<PublicTransition[]> {
+    this.assertOpen();
+    const log = await this.store.getTransitions({ id, ...scope });
+    if (!log) throw new JobNotFoundError(id);
+    return log.map((e) => ({ ...e, at: new Date(e.at).toISOString() }));
+  }
+
+  private async mustGet(id: string, scope: TenantScope): Promise<JobRecord> {
+    const job = await this.store.getJob({ id, ...scope });
+    if (!job) throw new JobNotFoundError(id);
+    return job;
+  }
+
+  // ---- control ----------------------------------------------------------------------------
+
+  /**
+   * Cancels a job: queued work (pending, queued, retrying, waiting) is cancelled at once; a
+   * running job gets a cancel request (its ctx.signal fires) and is forced to cancelled after
+   * the drain period if the handler ignores it. A terminal job is a JobStateConflictError.
+   */
+  async cancel(id: string, scope: TenantScope = {}): Promise<JobSnapshot> {
+    this.assertOpen();
+    for (let round = 0; round < 20; round++) {
+      const job = await this.mustGet(id, scope);
+      const now = Date.now();
+      if (isTerminal(job.state)) throw new JobStateConflictError(id, job.state, 'cancel');
+      if (IMMEDIATELY_CANCELLABLE.has(job.state)) {
+        const [ok] = await this.store.transition({
+          items: [
+            {
+              id,
+              from: job.state,
+              to: 'cancelled',
+              reason: 'cancelled by user',
+              at: now,
+              patch: { finishedAt: now, error: { message: 'cancelled', code: 'CANCELLED', retryable: false } },
+            },
+          ],
+        });
+        if (ok) {
+          this.bus.emit('job:changed', { id, tenant: job.tenant, type: job.type, from: job.state, to: 'cancelled', reason: 'cancelled by user' });
+          return toSnapshot(await this.mustGet(id, scope));
+        }
+        continue; // lost a race: look again
+      }
+      if (job.state === 'running') {
+        if (job.cancelRequested) return toSnapshot(job);
+        const [ok] = await this.store.transition({
+          items: [
+            {
+              id,
+              from: 'running',
+              to: 'running',
+              lease: job.lease,
+              cancelRequested: false,
+              reason: 'cancel requested by user',
+              at: now,
+              patch: { cancelRequest: { reason: 'user' } },
+            },
+          ],
+        });
+        if (ok) {
+          this.bus.emit('job:changed', { id, tenant: job.tenant, type: job.type, from: 'running', to: 'running', reason: 'cancel requested by user' });
+          this.bus.emit('job:cancel-requested', { id, reason: 'user' });
+          return toSnapshot(await this.mustGet(id, scope));
+        }
+      }
+    }
+    throw new Error(`could not cancel job ${id}: it kept changing state`);
+  }
+
+  /** Manual retry of a failed or cancelled job: a fresh attempt budget; it resumes from its checkpoint. */
+  async retry(id: string, scope: TenantScope = {}): Promise<JobSnapshot> {
+    this.assertOpen();
+    const job = await this.mustGet(id, scope);
+    if (job.state !== 'failed' && job.state !== 'cancelled') throw new JobStateConflictError(id, job.state, 'retry');
+    const now = Date.now();
+    const [ok] = await this.store.transition({
+      items: [
+        {
+          id,
+          from: job.state,
+          to: 'queued',
+          reason: 'manual retry',
+          at: now,
+          patch: { resetAttempts: true, error: null, finishedAt: null, runAt: now, cancelRequest: false, stalled: false },
+        },
+      ],
+    });
+    if (!ok) {
+      const fresh = await this.mustGet(id, scope);
+      throw new JobStateConflictError(id, fresh.state, 'retry');
+    }
+    this.bus.emit('job:changed', { id, tenant: job.tenant, type: job.type, from: job.state, to: 'queued', reason: 'manual retry' });
+    return toSnapshot(await this.mustGet(id, scope));
+  }
+
+  /**
+   * Snapshots of one job as it changes: the current one first, then one per visible change
+   * (state, flags, progress), ending after the terminal snapshot. Changes made in this process
+   * arrive at once; changes made by other processes are picked up by polling (`pollMs`).
+   */
+  async *watch(id: string, options: TenantScope & { signal?: AbortSignal; pollMs?: number } = {}): AsyncGenerator<JobSnapshot> {
+    this.assertOpen();
+    const scope = options.tenant === undefined ? {} : { tenant: options.tenant };
+    let wake: (() => void) | null = null;
+    let dirty = true;
+    const poke = () => {
+      dirty = true;
+      wake?.();
+    };
+    let last: JobSnapshot | null = null;
+    // Progress published on the bus is applied to the last snapshot without a store read.
+    let pushed: JobSnapshot | null = null;
+    const offs = [
+      this.bus.on('job:changed', (e) => e.id === id && poke()),
+      this.bus.on('job:progress', (e) => {
+        if (e.id !== id || !last || last.status !== 'running') return;
+        pushed = { ...last, progress: e.progress };
+        wake?.();
+      }),
+    ];
+    const onAbort = () => wake?.();
+    options.signal?.addEventListener('abort', onAbort);
+    const timer = setInterval(poke, options.pollMs ?? 250);
+    let lastKey = '';
+    try {
+      while (!options.signal?.aborted && !this.closed) {
+        if (dirty || pushed) {
+          let snap: JobSnapshot;
+          if (dirty) {
+            dirty = false;
+            pushed = null;
+            const job = await this.store.getJob({ id, ...scope });
+            if (!job) throw new JobNotFoundError(id);
+            snap = toSnapshot(job);
+            // A store read may lag a progress event already seen: never step progress back.
+            if (last && last.status === snap.status && last.progress.updatedAt && snap.progress.updatedAt && last.progress.updatedAt > snap.progress.updatedAt) {
+              snap = { ...snap, progress: last.progress };
+            }
+          } else {
+            snap = pushed as unknown as JobSnapshot;
+            pushed = null;
+          }
+          last = snap;
+          const key = snapshotKey(snap);
+          if (key !== lastKey) {
+            lastKey = key;
+            yield snap;
+          }
+          if (isTerminal(snap.status)) return;
+          continue;
+        }
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+        wake = null;
+      }
+    } finally {
+      clearInterval(timer);
+      for (const off of offs) off();
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Resolves with the terminal snapshot. */
+  async wait(id: string, options: TenantScope & { signal?: AbortSignal; pollMs?: number } = {}): Promise<JobSnapshot> {
+    let last: JobSnapshot | undefined;
+    for await (const s of this.watch(id, options)) last = s;
+    if (!last || !isTerminal(last.status)) throw new Error(`stopped watching job ${id} before it finished`);
+    return last;
+  }
+
+  /** Counts by state, submission/completion rates over the last minute, run-time percentiles per type over 15 minutes. */
+  async stats(scope: TenantScope = {}): Promise<JobStats> {
+    this.assertOpen();
+    const now = Date.now();
+    const [counts, activity] = await Promise.all([
+      this.store.countByState(scope),
+      this.store.activity({ ...scope, since: now - 60_000, durationsSince: now - 15 * 60_000, limit: 20_000 }),
+    ]);
+    const byType = new Map<string, number[]>();
+    for (const d of activity.durations) {
+      const list = byType.get(d.type) ?? [];
+      list.push(d.ms);
+      byType.set(d.type, list);
+    }
+    const durations: JobStats['durations'] = {};
+    for (const [type, list] of byType) {
+      list.sort((a, b) => a - b);
+      const pick = (q: number) => list[Math.min(list.length - 1, Math.ceil(q * list.length) - 1)] ?? 0;
+      durations[type] = { count: list.length, p50: pick(0.5), p95: pick(0.95), p99: pick(0.99) };
+    }
+    return { counts, rates: { submittedPerMinute: activity.submitted, finishedPerMinute: activity.finished }, durations };
+  }
+
+  // ---- runtime ----------------------------------------------------------------------------
+
+  startSweeper(): Sweeper {
+    this.assertOpen();
+    if (!this.sweeper) {
+      this.sweeper = new Sweeper({
+        store: this.store,
+        bus: this.bus,
+        logger: this.logger,
+        intervalMs: this.config.sweepIntervalMs,
+        cancelDrainMs: this.config.cancelDrainMs,
+      });
+      this.sweeper.start();
+    }
+    return this.sweeper;
+  }
+
+  async startWorker(options: StartWorkerOptions = {}): Promise<WorkerHandle> {
+    this.assertOpen();
+    if (this.taskMap.size === 0) throw new InvalidOptionsError('startWorker needs at least one task (pass tasks to Longhaul.open or register them)');
+    const worker = new Worker({
+      store: this.store,
+      bus: this.bus,
+      tasks: this.taskMap,
+      logger: this.logger,
+      defaults: { heartbeatIntervalMs: this.config.heartbeatIntervalMs, resultTtlMs: this.config.resultTtlMs },
+      concurrency: options.concurrency ?? this.config.concurrency,
+      ...(options.workerId === undefined ? {} : { workerId: options.workerId }),
+      ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
+      ...(options.cancelPollMs === undefined ? {} : { cancelPollMs: options.cancelPollMs }),
+      ...(options.progressIntervalMs === undefined ? {} : { progressIntervalMs: options.progressIntervalMs }),
+    });
+    if (options.sweeper !== false) this.startSweeper();
+    worker.start();
+    const defaultDrain = options.drainMs ?? 10_000;
+    const handle: WorkerHandle = {
+      id: worker.id,
+      stats: worker.stats,
+      stop: async (o = {}) => {
+        await worker.stop({ drainMs: o.drainMs ?? defaultDrain });
+        this.workers.delete(handle);
+      },
+      idle: () => worker.idle(),
+    };
+    this.workers.add(handle);
+    if (options.handleSignals) this.installSignalHandlers(defaultDrain);
+    return handle;
+  }
+
+  private installSignalHandlers(drainMs: number): void {
+    if (this.signalCleanup) return;
+    let stopping = false;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (stopping) {
+        this.logger.warn({ signal }, 'second signal: exiting now');
+        process.exit(130);
+      }
+      stopping = true;
+      this.logger.info({ signal, drainMs }, 'shutting down: draining running jobs');
+      this.close({ drainMs })
+        .then(() => process.exit(0))
+        .catch((err) => {
+          this.logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        });
+    };
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+    this.signalCleanup = () => {
+      process.off('SIGTERM', onSignal);
+      process.off('SIGINT', onSignal);
+    };
+  }
+
+  /** Stops workers (gracefully, handing back unfinished jobs), the sweeper, and closes the store. */
+  async close(options: { drainMs?: number } = {}): Promise<void> {
+    if (this.closed) return;
+    await Promise.all([...this.workers].map((w) => w.stop(options.drainMs === undefined ? {} : { drainMs: options.drainMs })));
+    await this.sweeper?.stop();
+    this.closed = true;
+    this.signalCleanup?.();
+    if (this.ownsStore) await this.store.close();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new Error('this Longhaul instance is closed');
+  }
+}

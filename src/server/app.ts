@@ -1,0 +1,190 @@
+/**
+ * The HTTP API (DESIGN §4) on Fastify: builds the app around an open Longhaul instance.
+ * Routes live in routes/; this file wires parsing, auth, errors and OpenAPI.
+ */
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import websocket from '@fastify/websocket';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import type { Longhaul } from '../longhaul.js';
+import { type ApiKey, bearerToken, tenantForKey } from './auth.js';
+import { FeedHub, JobHub } from './hub.js';
+import { HttpProblem, problemHandler, sendProblem } from './problem.js';
+import { registerJobRoutes } from './routes/jobs.js';
+import { registerOpsRoutes } from './routes/ops.js';
+import { registerStreamRoutes } from './routes/streams.js';
+import { problemSchema, snapshotSchema } from './schemas.js';
+import { type StreamGrant, StreamTokens } from './stream-token.js';
+
+export interface ServerOptions {
+  lh: Longhaul;
+  apiKeys?: ApiKey[];
+  /** Request body limit in bytes (413 beyond). Default 1 MiB. */
+  maxBodyBytes?: number;
+  /** HMAC secret for stream tokens; random per process when unset. */
+  streamTokenSecret?: string;
+  /** SSE keepalive comment interval. Default 15 000 ms. */
+  keepaliveMs?: number;
+  logger?: Logger | false;
+}
+
+export interface AppContext {
+  lh: Longhaul;
+  hub: JobHub;
+  feed: FeedHub;
+  tokens: StreamTokens;
+  keepaliveMs: number;
+  authEnabled: boolean;
+  /** Closers of the open SSE responses: ended on shutdown, or app.close() would wait for them forever. */
+  streams: Set<() => void>;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    tenant: string;
+    /** Set when the request authenticated with a stream token instead of an API key. */
+    grant: StreamGrant | null;
+  }
+}
+
+// Fastify tests parser RegExps against the normalized header, parameters included
+// (`application/json; charset="utf-8"`), so parameters must be allowed after the media type.
+const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json(?:\s*;.*)?$/i;
+
+const MAX_JSON_DEPTH = 256;
+
+/** Whether arrays/objects in `value` nest more than `max` levels (iterative: safe on any depth). */
+function nestsDeeperThan(value: unknown, max: number): boolean {
+  const stack: [object, number][] = value !== null && typeof value === 'object' ? [[value, 1]] : [];
+  for (let item = stack.pop(); item; item = stack.pop()) {
+    const [v, depth] = item;
+    if (depth > max) return true;
+    for (const child of Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
+export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
+  const keys = options.apiKeys ?? [];
+  const app = Fastify({
+    loggerInstance: (options.logger || undefined) as FastifyBaseLogger | undefined,
+    bodyLimit: options.maxBodyBytes ?? 1024 * 1024,
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: true } },
+    // Routes answer 404 problems themselves; query strings stay strings (parsed by the routes).
+    return503OnClosing: true,
+    // Malformed URLs (bad percent-encoding, over-long params) are problems like everything else.
+    frameworkErrors: (err, request, reply) => problemHandler(err, request, reply),
+  });
+  const ctx: AppContext = {
+    lh: options.lh,
+    hub: new JobHub(options.lh),
+    feed: new FeedHub(options.lh),
+    tokens: new StreamTokens(options.streamTokenSecret),
+    keepaliveMs: options.keepaliveMs ?? 15_000,
+    authEnabled: keys.length > 0,
+    streams: new Set(),
+  };
+
+  // Registered before the auth hook on purpose: its onRequest hook marks upgrade requests, and
+  // only marked ones get their socket destroyed after a refusal (a 401 upgrade otherwise leaks
+  // the socket, and app.close() waits for it forever).
+  await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
+
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser(JSON_TYPE, { parseAs: 'string' }, (_req, body, done) => {
+    const text = body as string;
+    if (text.trim() === '') return done(null, undefined);
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (err) {
+      return done(new HttpProblem(400, 'MALFORMED_JSON', `request body is not valid JSON: ${(err as Error).message}`), undefined);
+    }
+    // Absurdly deep values overflow the stack of every recursive consumer (serializers, hashing).
+    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+      return done(new HttpProblem(400, 'INVALID_REQUEST', `request body nests deeper than ${MAX_JSON_DEPTH} levels`), undefined);
+    }
+    done(null, value);
+  });
+  // Any other media type is refused with 415 (raw uploads get their own parser later).
+  app.addContentTypeParser('*', (_req, _payload, done) => {
+    done(new HttpProblem(415, 'UNSUPPORTED_MEDIA_TYPE', 'request bodies must be JSON (Content-Type: application/json)'), undefined);
+  });
+
+  // Observability (and tests): how many jobs this process is watching for stream clients.
+  app.decorate('jobHub', ctx.hub);
+
+  app.setErrorHandler(problemHandler);
+  app.setNotFoundHandler((request, reply) => sendProblem(reply, new HttpProblem(404, 'NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)));
+
+  app.decorateRequest('tenant', 'default');
+  app.decorateRequest('grant', null);
+  // Callback-style hooks: on every request, async hooks cost a promise round each.
+  app.addHook('onRequest', (request: FastifyRequest, _reply, done) => {
+    // Decide by the matched route, not the raw URL: the router decodes percent-escapes, so
+    // `/%761/jobs` reaches the /v1/jobs route although its URL does not start with "/v1/".
+    const path = request.routeOptions.url ?? request.url;
+    if (!path.startsWith('/v1/')) return done();
+    const token = (request.query as { token?: unknown } | undefined)?.token;
+    if (typeof token === 'string' && token !== '') {
+      const grant = ctx.tokens.verify(token);
+      if (!grant) return done(new HttpProblem(401, 'INVALID_TOKEN', 'stream token is invalid or expired'));
+      request.grant = grant;
+      request.tenant = grant.tenant;
+      return done();
+    }
+    if (!ctx.authEnabled) return done();
+    const presented = bearerToken(request.headers.authorization);
+    const tenant = presented ? tenantForKey(keys, presented) : null;
+    if (!tenant) return done(new HttpProblem(401, 'UNAUTHORIZED', presented ? 'API key is not valid' : 'missing Authorization: Bearer <api key>'));
+    request.tenant = tenant;
+    done();
+  });
+  // A stream token is for streams only.
+  app.addHook('preHandler', (request, _reply, done) => {
+    if (request.grant && !request.routeOptions.config?.streamRoute) {
+      return done(new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens only open event streams; use an API key'));
+    }
+    done();
+  });
+
+  app.addSchema(snapshotSchema);
+  app.addSchema(problemSchema);
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'Longhaul API', version: 'v1', description: 'Long-running jobs: 202 Accepted, progress, results.' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+
+  registerOpsRoutes(app, ctx);
+  registerJobRoutes(app, ctx);
+  registerStreamRoutes(app, ctx);
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  // Hijacked SSE responses keep their connections busy; end them before the server closes.
+  app.addHook('preClose', (done) => {
+    for (const close of [...ctx.streams]) close();
+    done();
+  });
+  app.addHook('onClose', async () => {
+    ctx.hub.close();
+    ctx.feed.close();
+  });
+  return app;
+}
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    streamRoute?: boolean;
+  }
+  interface FastifyInstance {
+    /** The per-job subscription hub shared by SSE and WebSocket clients. */
+    jobHub: JobHub;
+  }
+}

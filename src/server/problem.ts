@@ -1,0 +1,95 @@
+/**
+ * The one HTTP error type: everything the API refuses is rendered by `sendProblem` as an
+ * RFC 9457 problem+json document with a stable `code`.
+ */
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { InputValidationError, LonghaulError, QueueFullError } from '../core/errors.js';
+
+export interface FieldError {
+  path: string;
+  message: string;
+}
+
+const TITLES: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  409: 'Conflict',
+  410: 'Gone',
+  413: 'Content Too Large',
+  414: 'URI Too Long',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Content',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
+export class HttpProblem extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    detail: string,
+    readonly extra: { errors?: FieldError[]; retryAfterSeconds?: number } = {},
+  ) {
+    super(detail);
+    this.name = 'HttpProblem';
+  }
+}
+
+function slug(code: string): string {
+  return code.toLowerCase().replaceAll('_', '-');
+}
+
+export function sendProblem(reply: FastifyReply, problem: HttpProblem, instance?: string): FastifyReply {
+  if (problem.extra.retryAfterSeconds !== undefined) reply.header('Retry-After', String(problem.extra.retryAfterSeconds));
+  return reply
+    .code(problem.status)
+    .type('application/problem+json')
+    .send({
+      type: `urn:longhaul:problem:${slug(problem.code)}`,
+      title: TITLES[problem.status] ?? 'Error',
+      status: problem.status,
+      detail: problem.message,
+      code: problem.code,
+      ...(instance ? { instance } : {}),
+      ...(problem.extra.errors ? { errors: problem.extra.errors } : {}),
+    });
+}
+
+/** Maps any thrown value to a problem; unknown errors become a 500 without internals. */
+export function toProblem(err: unknown): HttpProblem {
+  if (err instanceof HttpProblem) return err;
+  if (err instanceof InputValidationError) return new HttpProblem(422, err.code, err.message, { errors: err.issues });
+  if (err instanceof QueueFullError) return new HttpProblem(503, err.code, err.message, { retryAfterSeconds: 5 });
+  if (err instanceof LonghaulError) return new HttpProblem(err.status, err.code, err.message);
+  const fe = err as FastifyError;
+  if (fe && Array.isArray(fe.validation)) {
+    const errors = fe.validation.map((v) => ({
+      path: (v.instancePath ?? '').replace(/^\//, '').replaceAll('/', '.') || String((v.params as { missingProperty?: string })?.missingProperty ?? ''),
+      message:
+        v.keyword === 'additionalProperties'
+          ? `unknown field "${String((v.params as { additionalProperty?: string }).additionalProperty)}"`
+          : v.keyword === 'required'
+            ? `"${String((v.params as { missingProperty?: string }).missingProperty)}" is required`
+            : (v.message ?? 'is invalid'),
+    }));
+    const where = fe.validationContext === 'body' ? 'request body' : (fe.validationContext ?? 'request');
+    return new HttpProblem(400, 'INVALID_REQUEST', `${where} is invalid: ${errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; ')}`, {
+      errors,
+    });
+  }
+  if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    const codes: Record<number, string> = { 400: 'BAD_REQUEST', 404: 'NOT_FOUND', 405: 'METHOD_NOT_ALLOWED', 413: 'PAYLOAD_TOO_LARGE', 414: 'URI_TOO_LONG', 415: 'UNSUPPORTED_MEDIA_TYPE' };
+    return new HttpProblem(fe.statusCode, codes[fe.statusCode] ?? 'BAD_REQUEST', fe.message);
+  }
+  return new HttpProblem(500, 'INTERNAL', 'internal error');
+}
+
+export function problemHandler(err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const problem = toProblem(err);
+  if (problem.status >= 500 && problem.code === 'INTERNAL') request.log.error({ err }, 'unhandled error');
+  return sendProblem(reply, problem, request.url.split('?')[0]);
+}

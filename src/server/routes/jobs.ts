@@ -1,0 +1,123 @@
+/** Job routes: submit, get, list, cancel, retry, transitions, stream tokens. */
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { JobNotFoundError } from '../../core/errors.js';
+import type { JobSnapshot } from '../../core/job.js';
+import { isJobState, isTerminal, type JobState } from '../../core/states.js';
+import type { SubmitOptions } from '../../longhaul.js';
+import type { AppContext } from '../app.js';
+import { HttpProblem } from '../problem.js';
+import { routeSchemas } from '../schemas.js';
+
+const MAX_IDEMPOTENCY_KEY = 255;
+
+/** Seconds a poller should wait: 1 s for queued/running work, the time until runAt for delayed work. */
+export function retryAfterSeconds(job: JobSnapshot, now = Date.now()): number | null {
+  if (isTerminal(job.status)) return null;
+  if (job.status === 'pending' || job.status === 'retrying') {
+    return Math.min(60, Math.max(1, Math.ceil((Date.parse(job.runAt) - now) / 1000)));
+  }
+  return 1;
+}
+
+function withPollingHeaders(reply: FastifyReply, job: JobSnapshot): FastifyReply {
+  reply.header('Cache-Control', 'no-store');
+  const ra = retryAfterSeconds(job);
+  if (ra !== null) reply.header('Retry-After', String(ra));
+  return reply;
+}
+
+interface SubmitBody {
+  type: string;
+  input?: unknown;
+  priority?: SubmitOptions['priority'];
+  runAt?: string;
+  delayMs?: number;
+  maxAttempts?: number;
+  timeoutMs?: number;
+  metadata?: Record<string, unknown>;
+}
+
+export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppContext): void {
+  app.post<{ Body: SubmitBody }>('/v1/jobs', { schema: routeSchemas.submit }, async (request, reply) => {
+    const body = request.body;
+    const key = request.headers['idempotency-key'];
+    if (Array.isArray(key)) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', 'send one Idempotency-Key header');
+    if (key !== undefined && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY)) {
+      throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', `Idempotency-Key must be 1 to ${MAX_IDEMPOTENCY_KEY} characters`);
+    }
+    const options: SubmitOptions = { tenant: request.tenant };
+    if (body.priority !== undefined) options.priority = body.priority;
+    if (body.runAt !== undefined) options.runAt = body.runAt;
+    if (body.delayMs !== undefined) options.delayMs = body.delayMs;
+    if (body.maxAttempts !== undefined) options.maxAttempts = body.maxAttempts;
+    if (body.timeoutMs !== undefined) options.timeoutMs = body.timeoutMs;
+    if (body.metadata !== undefined) options.metadata = body.metadata;
+    if (key !== undefined) options.idempotencyKey = key;
+    const { job, replayed } = await lh.enqueue(body.type, body.input, options);
+    reply.header('Location', job.links.self);
+    withPollingHeaders(reply, job);
+    if (replayed) reply.header('Idempotent-Replayed', 'true');
+    return reply.code(replayed ? 200 : 202).send(job);
+  });
+
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id', { schema: routeSchemas.get }, async (request, reply) => {
+    const job = await lh.get(request.params.id, { tenant: request.tenant });
+    if (!job) throw new JobNotFoundError(request.params.id);
+    if (job.status === 'expired') throw new HttpProblem(410, 'EXPIRED', `job ${job.id} expired at ${job.expiresAt}; its result was deleted`);
+    return withPollingHeaders(reply, job).send(job);
+  });
+
+  app.get<{ Querystring: { status?: string; type?: string; limit?: string; cursor?: string } }>(
+    '/v1/jobs',
+    { schema: routeSchemas.list },
+    async (request) => {
+      const q = request.query;
+      let status: JobState[] | undefined;
+      if (q.status !== undefined && q.status !== '') {
+        const parts = q.status.split(',').map((s) => s.trim());
+        for (const s of parts) if (!isJobState(s)) throw new HttpProblem(400, 'INVALID_FILTER', `unknown status "${s}"`);
+        status = parts as JobState[];
+      }
+      const limit = q.limit === undefined ? 50 : Number(q.limit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new HttpProblem(400, 'INVALID_FILTER', 'limit must be an integer from 1 to 1000');
+      return lh.list({
+        tenant: request.tenant,
+        limit,
+        ...(status ? { status } : {}),
+        ...(q.type ? { type: q.type } : {}),
+        ...(q.cursor ? { cursor: q.cursor } : {}),
+      });
+    },
+  );
+
+  const cancel = async (request: { params: { id: string }; tenant: string }, reply: FastifyReply) => {
+    const job = await lh.cancel(request.params.id, { tenant: request.tenant });
+    return reply.code(202).send(job);
+  };
+  app.post<{ Params: { id: string } }>('/v1/jobs/:id/cancel', { schema: routeSchemas.cancel }, cancel);
+  app.delete<{ Params: { id: string } }>('/v1/jobs/:id', { schema: { ...routeSchemas.cancel, summary: 'Cancel a job (same as POST /cancel)' } }, cancel);
+
+  app.post<{ Params: { id: string } }>('/v1/jobs/:id/retry', { schema: routeSchemas.retry }, async (request, reply) => {
+    const job = await lh.retry(request.params.id, { tenant: request.tenant });
+    return withPollingHeaders(reply, job).code(202).send(job);
+  });
+
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/transitions', { schema: routeSchemas.transitions }, async (request) => ({
+    items: await lh.transitions(request.params.id, { tenant: request.tenant }),
+  }));
+
+  app.post<{ Body: { jobs?: string[]; all?: boolean; ttlSeconds?: number } | undefined }>(
+    '/v1/stream-tokens',
+    { schema: routeSchemas.streamToken },
+    async (request, reply) => {
+      const body = request.body ?? {};
+      if (!body.all && !body.jobs) throw new HttpProblem(400, 'INVALID_REQUEST', 'name the streams: {"jobs": [ids]} or {"all": true}');
+      if (body.jobs) {
+        for (const id of body.jobs) if (!(await lh.get(id, { tenant: request.tenant }))) throw new JobNotFoundError(id);
+      }
+      const exp = Date.now() + (body.ttlSeconds ?? 300) * 1000;
+      const token = tokens.mint({ tenant: request.tenant, jobs: body.all ? '*' : (body.jobs ?? []), exp });
+      return reply.code(201).send({ token, expiresAt: new Date(exp).toISOString() });
+    },
+  );
+}

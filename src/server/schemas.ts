@@ -1,0 +1,182 @@
+/**
+ * JSON Schemas of the v1 routes. Fastify validates requests with them (shape errors → 400),
+ * serializes snapshots with them, and @fastify/swagger turns them into /openapi.json.
+ */
+import { JOB_STATES } from '../core/states.js';
+import { PRIORITIES } from '../core/job.js';
+
+const nullableString = { type: ['string', 'null'] } as const;
+const nullableNumber = { type: ['number', 'null'] } as const;
+const nullableTime = { type: ['string', 'null'], format: 'date-time' } as const;
+
+export const progressSchema = {
+  type: 'object',
+  properties: {
+    percent: nullableNumber,
+    stage: nullableString,
+    itemsDone: nullableNumber,
+    itemsTotal: nullableNumber,
+    message: nullableString,
+    eta: { ...nullableNumber, description: 'estimated ms until done; null until meaningful' },
+    updatedAt: nullableTime,
+  },
+} as const;
+
+export const snapshotSchema = {
+  $id: 'JobSnapshot',
+  type: 'object',
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    type: { type: 'string' },
+    status: { type: 'string', enum: [...JOB_STATES] },
+    priority: { type: 'string', enum: [...PRIORITIES] },
+    input: {},
+    metadata: { type: ['object', 'null'], additionalProperties: true },
+    progress: progressSchema,
+    result: {},
+    resultUrl: nullableString,
+    error: {
+      type: ['object', 'null'],
+      properties: { message: { type: 'string' }, code: { type: 'string' }, retryable: { type: 'boolean' } },
+    },
+    attempts: { type: 'integer' },
+    maxAttempts: { type: 'integer' },
+    cancelRequested: { type: 'boolean' },
+    stalled: { type: 'boolean' },
+    parentId: nullableString,
+    createdAt: { type: 'string', format: 'date-time' },
+    startedAt: nullableTime,
+    finishedAt: nullableTime,
+    updatedAt: { type: 'string', format: 'date-time' },
+    runAt: { type: 'string', format: 'date-time' },
+    expiresAt: nullableTime,
+    links: {
+      type: 'object',
+      properties: { self: { type: 'string' }, events: { type: 'string' }, cancel: { type: 'string' } },
+    },
+  },
+} as const;
+
+export const problemSchema = {
+  $id: 'Problem',
+  type: 'object',
+  description: 'RFC 9457 problem details',
+  properties: {
+    type: { type: 'string' },
+    title: { type: 'string' },
+    status: { type: 'integer' },
+    detail: { type: 'string' },
+    code: { type: 'string' },
+    instance: { type: 'string' },
+    errors: { type: 'array', items: { type: 'object', properties: { path: { type: 'string' }, message: { type: 'string' } } } },
+  },
+} as const;
+
+const snapshotRef = { $ref: 'JobSnapshot#' } as const;
+const problemRef = { $ref: 'Problem#' } as const;
+
+const MAX_DELAY_MS = 100 * 365 * 86_400_000;
+
+export const submitBodySchema = {
+  type: 'object',
+  required: ['type'],
+  additionalProperties: false,
+  properties: {
+    type: { type: 'string', minLength: 1, maxLength: 128, description: 'task type' },
+    input: { description: 'task input, checked against the task schema' },
+    priority: { type: 'string', enum: [...PRIORITIES] },
+    runAt: { type: 'string', format: 'date-time' },
+    // Bounded so that now + delayMs stays a valid date (an unbounded delay made an unreadable job).
+    delayMs: { type: 'integer', minimum: 0, maximum: MAX_DELAY_MS, description: 'ms from now, at most 100 years' },
+    maxAttempts: { type: 'integer', minimum: 1, maximum: 1000 },
+    timeoutMs: { type: 'integer', minimum: 1 },
+    metadata: { type: 'object', additionalProperties: true },
+  },
+} as const;
+
+const idParams = {
+  type: 'object',
+  required: ['id'],
+  properties: { id: { type: 'string', maxLength: 64 } },
+} as const;
+
+const errors = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemRef]));
+
+export const routeSchemas = {
+  submit: {
+    summary: 'Submit a job',
+    tags: ['jobs'],
+    body: submitBodySchema,
+    headers: { type: 'object', properties: { 'idempotency-key': { type: 'string' } } },
+    response: { 200: snapshotRef, 202: snapshotRef, ...errors(400, 401, 413, 415, 422, 503) },
+  },
+  get: { summary: 'Get a job', tags: ['jobs'], params: idParams, response: { 200: snapshotRef, ...errors(401, 404, 410) } },
+  list: {
+    summary: 'List jobs, newest first',
+    tags: ['jobs'],
+    querystring: {
+      type: 'object',
+      properties: {
+        status: { type: 'string', description: 'one status or several, comma-separated' },
+        type: { type: 'string' },
+        limit: { type: 'string', pattern: '^[0-9]+$', description: '1 to 1000, default 50' },
+        cursor: { type: 'string' },
+      },
+    },
+    response: {
+      200: { type: 'object', properties: { items: { type: 'array', items: snapshotRef }, nextCursor: nullableString } },
+      ...errors(400, 401),
+    },
+  },
+  cancel: { summary: 'Cancel a job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
+  retry: { summary: 'Retry a failed or cancelled job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
+  transitions: {
+    summary: "A job's transition log",
+    tags: ['jobs'],
+    params: idParams,
+    response: {
+      200: {
+        type: 'object',
+        properties: {
+          items: {
+            type: 'array',
+            items: {
+              type: 'object',
+              properties: {
+                from: nullableString,
+                to: { type: 'string' },
+                at: { type: 'string', format: 'date-time' },
+                reason: { type: 'string' },
+                attempt: { type: 'integer' },
+                workerId: nullableString,
+              },
+            },
+          },
+        },
+      },
+      ...errors(401, 404),
+    },
+  },
+  jobEvents: {
+    summary: 'Server-Sent Events of one job',
+    tags: ['streams'],
+    params: idParams,
+    querystring: { type: 'object', properties: { token: { type: 'string' } } },
+  },
+  feed: { summary: "Server-Sent Events of every change to the tenant's jobs", tags: ['streams'], querystring: { type: 'object', properties: { token: { type: 'string' } } } },
+  streamToken: {
+    summary: 'Mint a short-lived token for EventSource / WebSocket',
+    tags: ['streams'],
+    body: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        jobs: { type: 'array', items: { type: 'string', maxLength: 64 }, minItems: 1, maxItems: 1000 },
+        all: { type: 'boolean' },
+        ttlSeconds: { type: 'integer', minimum: 1, maximum: 3600 },
+      },
+    },
+    response: { 201: { type: 'object', properties: { token: { type: 'string' }, expiresAt: { type: 'string', format: 'date-time' } } }, ...errors(400, 401) },
+  },
+  stats: { summary: 'Counts, rates and durations', tags: ['ops'] },
+} as const;

@@ -1,0 +1,50 @@
+/**
+ * Short-lived signed tokens for streams opened where headers cannot be set (EventSource,
+ * browser WebSocket). A token names its tenant, the job ids it may stream (or "*" for the
+ * tenant-wide feed) and its expiry, signed with HMAC-SHA256.
+ */
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+
+export interface StreamGrant {
+  tenant: string;
+  /** Job ids, or '*' for every stream of the tenant (the tenant-wide feed and any job). */
+  jobs: string[] | '*';
+  exp: number;
+}
+
+export class StreamTokens {
+  private readonly secret: Buffer;
+  constructor(secret?: string) {
+    this.secret = secret ? Buffer.from(secret, 'utf8') : randomBytes(32);
+  }
+
+  mint(grant: StreamGrant): string {
+    const body = Buffer.from(JSON.stringify({ t: grant.tenant, j: grant.jobs, e: grant.exp }), 'utf8').toString('base64url');
+    return `${body}.${this.sign(body)}`;
+  }
+
+  verify(token: string, now = Date.now()): StreamGrant | null {
+    const dot = token.indexOf('.');
+    if (dot <= 0) return null;
+    const body = token.slice(0, dot);
+    const sig = Buffer.from(token.slice(dot + 1), 'base64url');
+    const expected = Buffer.from(this.sign(body), 'base64url');
+    if (sig.length !== expected.length || !timingSafeEqual(sig, expected)) return null;
+    try {
+      const v = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as { t: string; j: string[] | '*'; e: number };
+      if (typeof v.e !== 'number' || v.e < now) return null;
+      return { tenant: v.t, jobs: v.j, exp: v.e };
+    } catch {
+      return null;
+    }
+  }
+
+  private sign(body: string): string {
+    return createHmac('sha256', this.secret).update(body).digest('base64url');
+  }
+}
+
+export function grantAllows(grant: StreamGrant, jobId: string | '*'): boolean {
+  if (grant.jobs === '*') return true;
+  return jobId !== '*' && grant.jobs.includes(jobId);
+}

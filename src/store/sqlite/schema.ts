@@ -1,0 +1,58 @@
+/**
+ * SQLite schema, as numbered migrations. The version lives in `longhaul_meta`; migrations
+ * run inside one IMMEDIATE transaction, so several processes opening the same file at once
+ * apply each migration exactly once.
+ */
+export const MIGRATIONS: readonly string[] = [
+  // 1: jobs, progress
+  `
+  CREATE TABLE jobs (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    type TEXT NOT NULL,
+    state TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    input TEXT,
+    metadata TEXT,
+    result TEXT,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL,
+    lease INTEGER NOT NULL DEFAULT 0,
+    worker_id TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    cancel_reason TEXT,
+    cancel_requested_at INTEGER,
+    stalled INTEGER NOT NULL DEFAULT 0,
+    parent_id TEXT,
+    created_at INTEGER NOT NULL,
+    started_at INTEGER,
+    finished_at INTEGER,
+    updated_at INTEGER NOT NULL,
+    run_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    heartbeat_at INTEGER,
+    timeout_ms INTEGER,
+    heartbeat_timeout_ms INTEGER NOT NULL,
+    stall_timeout_ms INTEGER,
+    result_ttl_ms INTEGER NOT NULL,
+    checkpoint TEXT,
+    idempotency_key TEXT,
+    request_hash TEXT,
+    log TEXT NOT NULL
+  );
+  -- Partial indexes: a job entering or leaving a state touches only the index of that state.
+  CREATE INDEX jobs_queued_by_type ON jobs (type, priority, run_at, id) WHERE state = 'queued';
+  CREATE INDEX jobs_due ON jobs (run_at) WHERE state IN ('pending', 'retrying');
+  CREATE INDEX jobs_running ON jobs (type) WHERE state = 'running';
+  CREATE INDEX jobs_expiring ON jobs (expires_at) WHERE state = 'succeeded';
+  CREATE INDEX jobs_tenant ON jobs (tenant, id);
+  CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+  CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
+  CREATE TABLE job_progress (
+    job_id TEXT PRIMARY KEY,
+    data TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  `,
+];

@@ -1,0 +1,195 @@
+/**
+ * The storage contract. Every store (SQLite, PostgreSQL) implements exactly this, and one
+ * contract test suite (test/store-contract.ts) checks every implementation.
+ *
+ * Rules every implementation keeps:
+ * - A transition is a compare-and-swap on (id, expected state[, lease token]); the loser gets
+ *   `false` and nothing changes. Every applied transition appends one log entry atomically.
+ * - A claim increments the job's lease token (fencing); lease-carrying writes (heartbeat,
+ *   progress, checkpoint, completion) are refused once the lease has moved on.
+ * - `canTransition` from core decides what is legal; a store never applies anything else.
+ */
+import type { JobError } from '../core/errors.js';
+import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
+import type { Progress } from '../core/progress.js';
+import type { JobState } from '../core/states.js';
+
+/** A job as submitted: everything the store writes on insert. */
+export interface NewJob {
+  id: string;
+  tenant: string;
+  type: string;
+  state: 'pending' | 'queued';
+  priority: Priority;
+  input: unknown;
+  metadata: Record<string, unknown> | null;
+  maxAttempts: number;
+  runAt: number;
+  createdAt: number;
+  timeoutMs: number | null;
+  heartbeatTimeoutMs: number;
+  stallTimeoutMs: number | null;
+  resultTtlMs: number;
+  parentId: string | null;
+  idempotencyKey: string | null;
+  /** Hash of the request, compared when the idempotency key is seen again. */
+  requestHash: string | null;
+}
+
+export interface InsertJobParams {
+  job: NewJob;
+  /** Refuse (kind 'full') when the tenant-independent backlog (pending+queued+retrying) is at least this. */
+  maxBacklog?: number;
+}
+
+export type InsertResult =
+  | { kind: 'created'; job: JobRecord }
+  /** Same idempotency key, same request: the job that already exists. */
+  | { kind: 'existing'; job: JobRecord }
+  /** Same idempotency key, different request. */
+  | { kind: 'conflict'; job: JobRecord }
+  | { kind: 'full'; backlog: number };
+
+export interface GetJobParams {
+  id: string;
+  /** When given, a job of another tenant is not found. */
+  tenant?: string;
+}
+
+export interface ListJobsParams {
+  tenant?: string;
+  states?: JobState[];
+  type?: string;
+  limit: number;
+  /** Opaque cursor from a previous page. */
+  cursor?: string | null;
+}
+
+export interface JobPage {
+  items: JobRecord[];
+  nextCursor: string | null;
+}
+
+export interface ClaimParams {
+  workerId: string;
+  /** Task types this worker runs; `concurrency` caps running jobs of that type across all workers. */
+  types: ReadonlyArray<{ type: string; concurrency?: number | undefined }>;
+  limit: number;
+  now: number;
+}
+
+/** What a transition may change besides the state. Undefined fields stay as they are. */
+export interface JobPatch {
+  runAt?: number;
+  result?: unknown;
+  error?: JobError | null;
+  finishedAt?: number | null;
+  expiresAt?: number | null;
+  /** A manual retry: attempts back to 0, a new budget. */
+  resetAttempts?: boolean;
+  /** Hand-back on graceful shutdown: the interrupted attempt does not count. */
+  refundAttempt?: boolean;
+  clearCheckpoint?: boolean;
+  /** Set (with a reason) or clear the cancel request. */
+  cancelRequest?: { reason: string } | false;
+  stalled?: boolean;
+}
+
+export interface TransitionParams {
+  id: string;
+  /** Expected current state (compare-and-swap). */
+  from: JobState;
+  to: JobState;
+  /** Expected lease token; omit for transitions not made by the lease holder. */
+  lease?: number;
+  /** Expected cancel-request flag (so two cancel requests don't both apply). */
+  cancelRequested?: boolean;
+  reason: string;
+  workerId?: string | null;
+  at: number;
+  patch?: JobPatch;
+}
+
+export interface LeaseRef {
+  id: string;
+  lease: number;
+}
+
+export interface HeartbeatResult {
+  id: string;
+  /** False when the lease was lost: the job was reaped, cancelled or finished elsewhere. */
+  ok: boolean;
+  cancelRequested: boolean;
+  cancelReason: string | null;
+}
+
+export type SweepKind =
+  /** running, heartbeat older than its heartbeat timeout */
+  | 'stale'
+  /** running past its timeout, no cancel requested yet */
+  | 'timed-out'
+  /** running, cancel requested longer ago than `drainMs` */
+  | 'drained'
+  /** running, heartbeat fresh, no progress for its stall timeout, not yet flagged */
+  | 'stalled'
+  /** succeeded and past expiresAt */
+  | 'expired';
+
+export interface SweepParams {
+  kind: SweepKind;
+  now: number;
+  limit: number;
+  /** For 'drained': the cancel drain period. */
+  drainMs?: number;
+}
+
+export interface ActivityParams {
+  tenant?: string;
+  since: number;
+  durationsSince: number;
+  /** At most this many durations are returned (the most recent). */
+  limit: number;
+}
+
+export interface Activity {
+  submitted: number;
+  finished: number;
+  durations: Array<{ type: string; ms: number }>;
+}
+
+export interface Store {
+  readonly dialect: 'sqlite' | 'postgres';
+  /** Creates or upgrades the schema; safe to run concurrently from several processes. */
+  migrate(): Promise<void>;
+  close(): Promise<void>;
+
+  insertJob(params: InsertJobParams): Promise<InsertResult>;
+  /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */
+  insertJobs(params: { jobs: NewJob[]; maxBacklog?: number }): Promise<InsertResult[]>;
+  getJob(params: GetJobParams): Promise<JobRecord | null>;
+  listJobs(params: ListJobsParams): Promise<JobPage>;
+  getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null>;
+
+  /** Promotes due pending/retrying jobs, then claims up to `limit` queued jobs for the worker. */
+  claimJobs(params: ClaimParams): Promise<JobRecord[]>;
+  /** A worker's cycle in one write: its completions (as `transition`), then a claim (as `claimJobs`). */
+  completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }>;
+  /** Compare-and-swap transitions, applied in one write; one boolean per item, in order. */
+  transition(params: { items: TransitionParams[] }): Promise<boolean[]>;
+  heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]>;
+  /** Read-only: is each lease still held, and is a cancel requested? (cheap cancel polling) */
+  leaseStatus(params: { items: LeaseRef[] }): Promise<HeartbeatResult[]>;
+  saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean>;
+  saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean>;
+
+  /** Moves due pending/retrying jobs to queued; returns how many. */
+  promoteDue(params: { now: number; limit: number }): Promise<number>;
+  /** Jobs the sweeper must act on; it then applies transitions (CAS) itself. */
+  sweepCandidates(params: SweepParams): Promise<JobRecord[]>;
+  countByState(params: { tenant?: string }): Promise<Record<JobState, number>>;
+  /** Jobs created since `since`, jobs finished since `since`, and run times of jobs finished since `durationsSince`. */
+  activity(params: ActivityParams): Promise<Activity>;
+
+  /** True when another connection may have written since the last call (cheap poll for idle workers). */
+  pollChanges(): Promise<boolean>;
+}

@@ -1,0 +1,560 @@
+/**
+ * The worker runtime: claims jobs in batches up to a concurrency limit, runs their handlers
+ * with a `ctx`, keeps their leases alive, and writes each outcome as one fenced transition.
+ *
+ * One loop (`pump`) does all store writes for claims and completions, so completions that
+ * land together are written in one transaction and the freed slots are refilled right after.
+ * Idle workers wake on an in-process event (a submit in this process) or on a cheap change
+ * poll of the store (another process wrote), never by re-running the claim query blindly.
+ */
+import { hostname } from 'node:os';
+import type { Logger } from 'pino';
+import { classifyError, type JobError } from '../core/errors.js';
+import { uuidv7 } from '../core/ids.js';
+import type { JobRecord } from '../core/job.js';
+import { checkpointUsable, decideAfterFailure } from '../core/lifecycle.js';
+import type { JobState } from '../core/states.js';
+import type { JobBus } from '../channel/bus.js';
+import type { Store, TransitionParams } from '../store/store.js';
+import type { Task, TaskContext } from '../tasks/define.js';
+import { abortKindOf, JobAbortedError, LeaseLostError } from './abort.js';
+import { ProgressReporter } from './progress-reporter.js';
+
+export interface WorkerDefaults {
+  heartbeatIntervalMs: number;
+  resultTtlMs: number;
+}
+
+export interface WorkerOptions {
+  store: Store;
+  bus: JobBus;
+  tasks: ReadonlyMap<string, Task>;
+  logger: Logger;
+  defaults: WorkerDefaults;
+  /** Jobs run at once by this worker. Default 10. */
+  concurrency?: number;
+  workerId?: string;
+  /** How often an idle worker asks the store whether anything changed. Default 50 ms. */
+  pollIntervalMs?: number;
+  /** Even without a change signal, try a claim this often (delayed jobs coming due). Default 1000 ms. */
+  maxIdleMs?: number;
+  /** How often running jobs are checked for cancel requests made by other processes. Default 500 ms. */
+  cancelPollMs?: number;
+  /** Minimum ms between two progress writes of one job to the store. Default 250. */
+  progressIntervalMs?: number;
+  /** Minimum ms between two progress events of one job on the in-process bus (live streams). Default 50. */
+  progressPublishMs?: number;
+  clock?: () => number;
+}
+
+export interface WorkerStats {
+  claimed: number;
+  succeeded: number;
+  failed: number;
+  retried: number;
+  cancelled: number;
+  handedBack: number;
+  /** Completions refused because the lease had moved on. */
+  refused: number;
+}
+
+interface Active {
+  job: JobRecord;
+  task: Task;
+  controller: AbortController;
+  /** Made on the first progress report: most jobs' contexts never need one. */
+  reporter: ProgressReporter | null;
+  nextHeartbeatAt: number;
+  timeoutTimer: NodeJS.Timeout | null;
+  /** Set once the job's outcome is queued for writing (or it was handed back). */
+  settled: boolean;
+}
+
+interface Outcome {
+  params: TransitionParams;
+  active: Active;
+  kind: keyof WorkerStats;
+}
+
+function leaseKey(job: JobRecord): string {
+  return `${job.id}#${job.lease}`;
+}
+
+export class Worker {
+  readonly id: string;
+  readonly stats: WorkerStats = { claimed: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, handedBack: 0, refused: 0 };
+  private readonly store: Store;
+  private readonly bus: JobBus;
+  private readonly tasks: ReadonlyMap<string, Task>;
+  private readonly log: Logger;
+  private readonly concurrency: number;
+  private readonly clock: () => number;
+  private readonly claimTypes: { type: string; concurrency: number | undefined }[];
+  /**
+   * Running attempts by `leaseKey`: after a lease is lost and the job re-claimed, this worker may
+   * run a stale attempt and a new one of the same job at once; each must keep its own entry.
+   */
+  private readonly active = new Map<string, Active>();
+  private outcomes: Outcome[] = [];
+  private pumping = false;
+  private pumpAgain = false;
+  private wanted = true;
+  private stopping = false;
+  private started = false;
+  private lastClaimAt = 0;
+  private timers: NodeJS.Timeout[] = [];
+  /** The one ref'd handle: a started worker keeps its process alive until stop(). */
+  private keepAlive: NodeJS.Timeout | null = null;
+  private unsubscribe: (() => void)[] = [];
+  private idleWaiters: (() => void)[] = [];
+  private pumpFailures = 0;
+
+  constructor(private readonly options: WorkerOptions) {
+    this.store = options.store;
+    this.bus = options.bus;
+    this.tasks = options.tasks;
+    this.concurrency = options.concurrency ?? 10;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new TypeError('concurrency must be a positive integer');
+    this.clock = options.clock ?? Date.now;
+    this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
+    this.log = options.logger.child({ workerId: this.id });
+    this.claimTypes = [...this.tasks.values()].map((t) => ({ type: t.type, concurrency: t.concurrency }));
+  }
+
+  get runningCount(): number {
+    return this.active.size;
+  }
+
+  start(): void {
+    if (this.started) return;
+    this.started = true;
+    const poll = this.options.pollIntervalMs ?? 50;
+    const maxIdle = this.options.maxIdleMs ?? 1000;
+    this.unsubscribe.push(
+      this.bus.on('job:submitted', ({ job }) => {
+        if (this.tasks.has(job.type)) this.wake();
+      }),
+      this.bus.on('job:changed', ({ type, to }) => {
+        if (to === 'queued' && this.tasks.has(type)) this.wake();
+      }),
+      this.bus.on('jobs:promoted', () => this.wake()),
+      this.bus.on('job:cancel-requested', ({ id, reason }) => this.abortLocal(id, reason === 'timeout' ? 'timeout' : 'cancelled')),
+    );
+    this.every(poll, async () => {
+      if (this.active.size >= this.concurrency) return;
+      if ((await this.store.pollChanges()) || this.clock() - this.lastClaimAt >= maxIdle) this.wake();
+    });
+    const heartbeatTick = Math.min(1000, ...[...this.tasks.values()].map((t) => t.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs));
+    this.every(heartbeatTick, () => this.heartbeat());
+    this.every(this.options.cancelPollMs ?? 500, () => this.pollCancels());
+    // Every timer above is unref'd; without this a worker-only process (`longhaul worker`, or a
+    // script that just starts a worker) would exit as soon as it has nothing running.
+    this.keepAlive = setInterval(() => undefined, 2 ** 30);
+    this.wake();
+  }
+
+  private every(ms: number, fn: () => Promise<void> | void): void {
+    let busy = false;
+    const t = setInterval(() => {
+      if (busy) return;
+      busy = true;
+      Promise.resolve()
+        .then(fn)
+        .catch((err) => this.log.error({ err }, 'worker background task failed'))
+        .finally(() => {
+          busy = false;
+        });
+    }, ms);
+    t.unref?.();
+    this.timers.push(t);
+  }
+
+  /** Asks the loop to claim (coalesced). */
+  wake(): void {
+    this.wanted = true;
+    this.schedulePump();
+  }
+
+  private schedulePump(): void {
+    if (this.pumping) {
+      this.pumpAgain = true;
+      return;
+    }
+    this.pumping = true;
+    setImmediate(() => void this.pump());
+  }
+
+  private async pump(): Promise<void> {
+    // Outcomes taken off the queue but not yet written: put back if the write fails.
+    let unwritten: Outcome[] = [];
+    try {
+      do {
+        this.pumpAgain = false;
+        const batch = this.outcomes;
+        this.outcomes = [];
+        unwritten = batch;
+        // Jobs whose outcome is in this batch free their slots once it is written.
+        const free = this.concurrency - (this.active.size - batch.length);
+        const claim = !this.stopping && free > 0 && (this.wanted || batch.length > 0);
+        if (batch.length === 0 && !claim) continue;
+        if (claim) {
+          this.wanted = false;
+          this.lastClaimAt = this.clock();
+        }
+        const { applied, jobs } = await this.store.completeAndClaim({
+          complete: batch.map((o) => o.params),
+          claim: { workerId: this.id, types: this.claimTypes, limit: claim ? free : 0, now: this.clock() },
+        });
+        unwritten = [];
+        this.afterOutcomes(batch, applied);
+        this.stats.claimed += jobs.length;
+        // A full batch means more may be waiting: claim again as soon as slots free up.
+        if (claim && jobs.length === free) this.wanted = true;
+        for (const job of jobs) this.begin(job);
+      } while (this.pumpAgain || this.outcomes.length > 0);
+      this.pumpFailures = 0;
+    } catch (err) {
+      // The transaction rolled back: nothing was completed or claimed. Keep the outcomes for the
+      // next pass (dropping them would leave their jobs running without heartbeats until reaped).
+      this.outcomes = unwritten.concat(this.outcomes);
+      this.pumpFailures++;
+      this.log.error({ err }, 'worker loop failed; retrying');
+      const delay = Math.min(5000, 50 * 2 ** Math.min(this.pumpFailures, 7));
+      this.pumping = false;
+      setTimeout(() => this.wake(), delay).unref?.();
+      return;
+    }
+    this.pumping = false;
+    if (this.active.size === 0 && this.outcomes.length === 0) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  /** Writes pending outcomes without claiming (shutdown). */
+  private async flushOutcomes(): Promise<void> {
+    if (this.outcomes.length === 0) return;
+    const batch = this.outcomes;
+    this.outcomes = [];
+    this.afterOutcomes(batch, await this.store.transition({ items: batch.map((o) => o.params) }));
+  }
+
+  private afterOutcomes(batch: Outcome[], applied: boolean[]): void {
+    batch.forEach((o, i) => {
+      this.active.delete(leaseKey(o.active.job));
+      if (applied[i]) {
+        this.stats[o.kind]++;
+        this.emitChanged(o.active.job, 'running', o.params.to, o.params.reason);
+      } else {
+        this.stats.refused++;
+        this.log.warn({ jobId: o.params.id, to: o.params.to }, 'completion refused: this worker no longer holds the lease');
+      }
+    });
+  }
+
+  private emitChanged(job: JobRecord, from: JobState, to: JobState, reason: string): void {
+    this.bus.emit('job:changed', { id: job.id, tenant: job.tenant, type: job.type, from, to, reason });
+  }
+
+  // ---- running one job ------------------------------------------------------------------
+
+  private begin(job: JobRecord): void {
+    const task = this.tasks.get(job.type);
+    if (!task) return; // cannot happen: we only claim our own types
+    const controller = new AbortController();
+    const active: Active = {
+      job,
+      task,
+      controller,
+      nextHeartbeatAt: this.clock() + (task.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs),
+      timeoutTimer: null,
+      settled: false,
+      reporter: null,
+    };
+    // Re-claimed while an older attempt of it still runs here: that attempt's lease is gone.
+    for (const other of this.active.values()) if (other.job.id === job.id && other.job.lease < job.lease) this.abort(other, 'lease-lost');
+    this.active.set(leaseKey(job), active);
+    this.emitChanged(job, 'queued', 'running', 'claimed');
+    if (job.timeoutMs !== null) {
+      const elapsed = this.clock() - (job.startedAt ?? this.clock());
+      active.timeoutTimer = setTimeout(() => void this.requestTimeout(active), Math.max(0, job.timeoutMs - elapsed));
+      active.timeoutTimer.unref?.();
+    }
+    if (job.cancelRequested) this.abort(active, job.cancelReason === 'timeout' ? 'timeout' : 'cancelled');
+    void this.execute(active);
+  }
+
+  private async execute(active: Active): Promise<void> {
+    const { job, task, controller } = active;
+    let outcome: { ok: true; value: unknown } | { ok: false; error: unknown };
+    try {
+      const ctx = this.needsCheckpointNote(active) ? await this.makeContextAfterNote(active) : this.makeContext(active);
+      const value = await task.run(job.input, ctx);
+      outcome = { ok: true, value };
+    } catch (error) {
+      outcome = { ok: false, error };
+    }
+    if (active.timeoutTimer) clearTimeout(active.timeoutTimer);
+    if (active.settled) return; // handed back at shutdown: the transition is already written
+    const kind = abortKindOf(controller.signal);
+    if (active.reporter) await active.reporter.close(kind !== 'lease-lost');
+    if (kind === 'lease-lost') {
+      active.settled = true;
+      this.active.delete(leaseKey(job));
+      this.stats.refused++;
+      this.log.warn({ jobId: job.id }, 'lease lost while running; outcome discarded');
+      this.schedulePump();
+      return;
+    }
+    this.settle(active, this.decide(active, outcome, kind));
+  }
+
+  private decide(active: Active, outcome: { ok: true; value: unknown } | { ok: false; error: unknown }, kind: ReturnType<typeof abortKindOf>): Outcome {
+    const { job, task } = active;
+    const now = this.clock();
+    const base = { id: job.id, from: 'running' as const, lease: job.lease, workerId: this.id, at: now };
+    if (outcome.ok) {
+      let result: unknown = outcome.value ?? null;
+      try {
+        result = result === null ? null : JSON.parse(JSON.stringify(result));
+      } catch (err) {
+        const error: JobError = { message: `result is not JSON-serializable: ${(err as Error).message}`, code: 'RESULT_NOT_SERIALIZABLE', retryable: false };
+        return { active, kind: 'failed', params: { ...base, to: 'failed', reason: 'fatal', patch: { error, finishedAt: now } } };
+      }
+      const ttl = task.resultTtlMs ?? job.resultTtlMs ?? this.options.defaults.resultTtlMs;
+      return {
+        active,
+        kind: 'succeeded',
+        params: { ...base, to: 'succeeded', reason: 'completed', patch: { result, error: null, finishedAt: now, expiresAt: now + ttl, clearCheckpoint: true } },
+      };
+    }
+    if (kind === 'cancelled' || kind === 'timeout') {
+      const error: JobError =
+        kind === 'timeout'
+          ? { message: `timed out after ${job.timeoutMs} ms`, code: 'TIMEOUT', retryable: false }
+          : { message: 'cancelled', code: 'CANCELLED', retryable: false };
+      return { active, kind: 'cancelled', params: { ...base, to: 'cancelled', reason: kind, patch: { error, finishedAt: now } } };
+    }
+    if (kind === 'shutdown') {
+      return { active, kind: 'handedBack', params: { ...base, to: 'retrying', reason: 'shutdown', patch: { runAt: now, refundAttempt: true } } };
+    }
+    const decision = decideAfterFailure(classifyError(outcome.error), job.attempts, job.maxAttempts, task.backoff, now);
+    if (decision.to === 'failed') {
+      return {
+        active,
+        kind: 'failed',
+        params: { ...base, to: 'failed', reason: decision.error.retryable ? 'attempts exhausted' : 'fatal', patch: { error: decision.error, finishedAt: now } },
+      };
+    }
+    return { active, kind: 'retried', params: { ...base, to: 'retrying', reason: 'retry scheduled', patch: { error: decision.error, runAt: decision.runAt } } };
+  }
+
+  private settle(active: Active, outcome: Outcome): void {
+    active.settled = true;
+    this.outcomes.push(outcome);
+    this.schedulePump();
+  }
+
+  private reporterOf(active: Active): ProgressReporter {
+    if (active.reporter) return active.reporter;
+    const { job } = active;
+    active.reporter = new ProgressReporter(
+      job.progress.updatedAt === null ? null : job.progress,
+      { publishMs: this.options.progressPublishMs ?? 50, persistMs: this.options.progressIntervalMs ?? 250 },
+      {
+        publish: (progress) => this.bus.emit('job:progress', { id: job.id, tenant: job.tenant, progress }),
+        persist: async (progress) => {
+          const ok = await this.store.saveProgress({ id: job.id, lease: job.lease, progress, now: this.clock() });
+          if (!ok) this.abort(active, 'lease-lost');
+        },
+      },
+      this.clock,
+    );
+    return active.reporter;
+  }
+
+  /** A saved checkpoint that this attempt cannot use: unreadable, or from another checkpointVersion. */
+  private needsCheckpointNote(active: Active): boolean {
+    const usable = checkpointUsable(active.job.checkpoint, active.task.checkpointVersion);
+    return usable === 'version-mismatch' || (usable === 'usable' && active.job.checkpoint?.corrupt === true);
+  }
+
+  /** Records in the log why the checkpoint is ignored, then starts over. */
+  private async makeContextAfterNote(active: Active): Promise<TaskContext> {
+    const { job, task } = active;
+    const why = job.checkpoint?.corrupt
+      ? 'checkpoint unreadable; starting over'
+      : `checkpoint version ${job.checkpoint?.version} does not match task version ${task.checkpointVersion}; starting over`;
+    await this.annotate(job, why);
+    return this.makeContext(active, false);
+  }
+
+  private makeContext(active: Active, useCheckpoint = true): TaskContext {
+    const { job, task, controller } = active;
+    let checkpointValue: unknown = useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
+    let log: Logger | undefined;
+    const parentLog = this.log;
+    const ctx: TaskContext = {
+      job: {
+        id: job.id,
+        type: job.type,
+        tenant: job.tenant,
+        metadata: job.metadata,
+        createdAt: new Date(job.createdAt).toISOString(),
+        maxAttempts: job.maxAttempts,
+      },
+      attempt: job.attempts,
+      signal: controller.signal,
+      // A child logger per job costs more than a no-op job: make it on first use.
+      get log() {
+        log ??= parentLog.child({ jobId: job.id, type: job.type, attempt: job.attempts });
+        return log;
+      },
+      progress: (update) => this.reporterOf(active).update(update),
+      checkpoint: {
+        get value() {
+          return checkpointValue;
+        },
+        save: async (data: unknown) => {
+          const ok = await this.store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: this.clock() });
+          if (!ok) {
+            this.abort(active, 'lease-lost');
+            throw new LeaseLostError(job.id);
+          }
+          checkpointValue = data;
+        },
+      },
+      stage: async (name, fn) => {
+        this.reporterOf(active).update({ stage: name });
+        return await fn();
+      },
+    };
+    return ctx;
+  }
+
+  /** A log note on a running job (self-transition), fenced by the lease. */
+  private async annotate(job: JobRecord, reason: string): Promise<void> {
+    await this.store.transition({ items: [{ id: job.id, from: 'running', to: 'running', lease: job.lease, reason, workerId: this.id, at: this.clock() }] });
+  }
+
+  private abort(active: Active, kind: 'cancelled' | 'timeout' | 'shutdown' | 'lease-lost'): void {
+    if (!active.controller.signal.aborted) active.controller.abort(new JobAbortedError(kind));
+  }
+
+  private abortLocal(id: string, kind: 'cancelled' | 'timeout'): void {
+    for (const active of this.active.values()) if (active.job.id === id) this.abort(active, kind);
+  }
+
+  private async requestTimeout(active: Active): Promise<void> {
+    if (active.settled || active.controller.signal.aborted) return;
+    const { job } = active;
+    // Record the request so the sweeper forces the cancel after the drain if the handler ignores the signal.
+    try {
+      const [ok] = await this.store.transition({
+        items: [
+          {
+            id: job.id,
+            from: 'running',
+            to: 'running',
+            lease: job.lease,
+            cancelRequested: false,
+            reason: 'cancel requested: timeout',
+            workerId: this.id,
+            at: this.clock(),
+            patch: { cancelRequest: { reason: 'timeout' } },
+          },
+        ],
+      });
+      if (ok) this.emitChanged(job, 'running', 'running', 'cancel requested: timeout');
+    } catch (err) {
+      // Called from a timer: a rejection here would be unhandled. The sweeper records the request instead.
+      this.log.error({ err, jobId: job.id }, 'could not record the timeout; aborting the handler anyway');
+    }
+    this.abort(active, 'timeout');
+  }
+
+  // ---- lease upkeep ----------------------------------------------------------------------
+
+  private async heartbeat(): Promise<void> {
+    const now = this.clock();
+    const due = [...this.active.values()].filter((a) => !a.settled && a.nextHeartbeatAt <= now);
+    if (due.length === 0) return;
+    const results = await this.store.heartbeat({ items: due.map((a) => ({ id: a.job.id, lease: a.job.lease })), now });
+    results.forEach((r, i) => {
+      const a = due[i] as Active;
+      a.nextHeartbeatAt = now + (a.task.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs);
+      this.applyLeaseStatus(a, r);
+    });
+  }
+
+  private async pollCancels(): Promise<void> {
+    const running = [...this.active.values()].filter((a) => !a.settled && !a.controller.signal.aborted);
+    if (running.length === 0) return;
+    const results = await this.store.leaseStatus({ items: running.map((a) => ({ id: a.job.id, lease: a.job.lease })) });
+    results.forEach((r, i) => {
+      this.applyLeaseStatus(running[i] as Active, r);
+    });
+  }
+
+  private applyLeaseStatus(a: Active, r: { ok: boolean; cancelRequested: boolean; cancelReason: string | null }): void {
+    if (a.settled) return;
+    if (!r.ok) this.abort(a, 'lease-lost');
+    else if (r.cancelRequested) this.abort(a, r.cancelReason === 'timeout' ? 'timeout' : 'cancelled');
+  }
+
+  // ---- shutdown --------------------------------------------------------------------------
+
+  /**
+   * Graceful stop: claim nothing more, let running jobs finish for up to `drainMs`, then
+   * abort the rest and hand them back at once (retrying, due now, the attempt refunded),
+   * so another worker picks them up without waiting for a heartbeat timeout.
+   */
+  async stop(options: { drainMs?: number } = {}): Promise<void> {
+    if (!this.started) return;
+    this.stopping = true;
+    const drainMs = options.drainMs ?? 10_000;
+    if (this.active.size > 0 || this.outcomes.length > 0 || this.pumping) {
+      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), new Promise((r) => setTimeout(r, drainMs).unref?.())]);
+    }
+    const leftovers = [...this.active.values()].filter((a) => !a.settled);
+    if (leftovers.length > 0) {
+      const now = this.clock();
+      for (const a of leftovers) {
+        a.settled = true;
+        this.abort(a, 'shutdown');
+        await a.reporter?.close(true);
+        this.outcomes.push({
+          active: a,
+          kind: 'handedBack',
+          params: {
+            id: a.job.id,
+            from: 'running',
+            to: 'retrying',
+            lease: a.job.lease,
+            workerId: this.id,
+            at: now,
+            reason: 'shutdown',
+            patch: { runAt: now, refundAttempt: true },
+          },
+        });
+      }
+    }
+    while (this.pumping) await new Promise((r) => setTimeout(r, 5));
+    try {
+      await this.flushOutcomes();
+    } finally {
+      // Even if the last write failed: a stopped worker must not keep the process alive.
+      for (const t of this.timers) clearInterval(t);
+      if (this.keepAlive) clearInterval(this.keepAlive);
+      this.keepAlive = null;
+      for (const u of this.unsubscribe) u();
+      this.timers = [];
+      this.unsubscribe = [];
+      this.active.clear();
+    }
+  }
+
+  /** Resolves when nothing is running or waiting to be written (tests, benchmarks). */
+  idle(): Promise<void> {
+    if (this.active.size === 0 && this.outcomes.length === 0 && !this.pumping) return Promise.resolve();
+    return new Promise((r) => this.idleWaiters.push(r));
+  }
+}
+
