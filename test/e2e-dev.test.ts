@@ -4,52 +4,12 @@
  * checkpoint with nothing lost.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-
-const BIN = join(process.cwd(), 'dist/cli/main.js');
-
-interface Dev {
-  child: ChildProcess;
-  base: string;
-}
-
-function startDev(database: string, extraEnv: Record<string, string> = {}): Promise<Dev> {
-  const child = spawn(process.execPath, [BIN, 'dev', '--port', '0', '--database', database], {
-    env: {
-      ...process.env,
-      LONGHAUL_LOG_LEVEL: 'silent',
-      // A fast reaper so the restarted process takes the orphaned job over quickly.
-      LONGHAUL_HEARTBEAT_INTERVAL_MS: '200',
-      LONGHAUL_HEARTBEAT_TIMEOUT_MS: '1500',
-      LONGHAUL_SWEEP_INTERVAL_MS: '100',
-      ...extraEnv,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`longhaul dev did not start: ${out}`)), 20_000);
-    child.stdout?.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ child, base: m[1] as string });
-      }
-    });
-    child.stderr?.on('data', (d: Buffer) => {
-      out += d.toString();
-    });
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`longhaul dev exited with ${code}: ${out}`));
-    });
-  });
-}
+import { startDev } from './support/dev-process.js';
 
 async function until<T>(fn: () => Promise<T | undefined>, timeoutMs: number, what: string): Promise<T> {
   const deadline = Date.now() + timeoutMs;

@@ -24,8 +24,11 @@ export function describeFailure(err: unknown, flags: ClientFlags): string {
     const fields = err.errors?.length ? ` (${err.errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; ')})` : '';
     return `${err.status} ${err.code ?? ''}: ${err.detail ?? err.message}${fields}`.replace(/\s+:/, ':');
   }
-  const cause = (err as { cause?: { code?: string } })?.cause?.code;
-  if (cause === 'ECONNREFUSED') return `cannot reach ${flags.url ?? process.env.LONGHAUL_URL ?? 'http://127.0.0.1:8080'}: is the server running? (set --url or LONGHAUL_URL)`;
+  const url = flags.url ?? process.env.LONGHAUL_URL ?? 'http://127.0.0.1:8080';
+  const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
+  if (cause?.code === 'ECONNREFUSED') return `cannot reach ${url}: is the server running? (set --url or LONGHAUL_URL)`;
+  // fetch() reports every network failure as "fetch failed"; the cause says what happened.
+  if (err instanceof TypeError && err.message === 'fetch failed') return `cannot reach ${url}: ${cause?.code ?? cause?.message ?? 'network error'}`;
   return err instanceof Error ? err.message : String(err);
 }
 
@@ -39,6 +42,11 @@ function describeJob(job: JobSnapshot): string {
   return lines.join('\n');
 }
 
+function outcomeLine(end: JobSnapshot): string {
+  if (end.status === 'succeeded') return `succeeded${end.result !== null ? `: ${JSON.stringify(end.result)}` : ''}`;
+  return `${end.status}${end.error ? `: ${end.error.message}` : ''}`;
+}
+
 function parseInput(text: string | undefined): unknown {
   if (text === undefined) return undefined;
   try {
@@ -48,14 +56,22 @@ function parseInput(text: string | undefined): unknown {
   }
 }
 
-async function watch(client: LonghaulClient, job: JobSnapshot): Promise<JobSnapshot> {
-  const tty = process.stdout.isTTY === true;
+/**
+ * Follows a job until it ends: a bar redrawn in place on a terminal, one plain line per change
+ * otherwise, or with `--json` one compact JSON snapshot per change (NDJSON; the last line is the
+ * final snapshot).
+ */
+async function watch(client: LonghaulClient, job: JobSnapshot, json: boolean): Promise<JobSnapshot> {
+  const tty = process.stdout.isTTY === true && !json;
   let last = job;
   let lastLine = '';
   const show = (s: JobSnapshot) => {
     last = s;
-    if (tty) {
-      process.stdout.write(`\r\x1b[2K${renderBar(s, process.stdout.columns ?? 80)}`);
+    if (json) {
+      process.stdout.write(`${JSON.stringify(s)}\n`);
+    } else if (tty) {
+      // A pseudo-terminal may report 0 columns: fall back to 80.
+      process.stdout.write(`\r\x1b[2K${renderBar(s, process.stdout.columns || 80)}`);
     } else {
       const line = renderLine(s);
       if (line !== lastLine) process.stdout.write(`${line}\n`);
@@ -80,7 +96,7 @@ export function registerClientCommands(program: Command): void {
     .option('--priority <p>', 'critical | high | normal | low')
     .option('--delay-ms <ms>', 'run later')
     .option('--idempotency-key <key>', 'Idempotency-Key header')
-    .option('--watch', 'follow progress until the job ends; exit 1 if it fails or is cancelled')
+    .option('--watch', 'follow progress until the job ends; exit 1 if it fails or is cancelled (with --json: one JSON snapshot per line)')
     .action(async (type: string, flags: ClientFlags & { input?: string; priority?: string; delayMs?: string; idempotencyKey?: string; watch?: boolean }) => {
       const client = clientFrom(flags);
       const options: Record<string, unknown> = {};
@@ -95,12 +111,11 @@ export function registerClientCommands(program: Command): void {
         throw new CliError(describeFailure(err, flags));
       });
       if (!flags.watch) return print(job, flags);
-      const end = await watch(client, job).catch((err: unknown) => {
+      const end = await watch(client, job, flags.json === true).catch((err: unknown) => {
         throw new CliError(describeFailure(err, flags));
       });
-      if (flags.json) print(end, flags);
-      else if (end.status === 'succeeded') process.stdout.write(`succeeded${end.result !== null ? `: ${JSON.stringify(end.result)}` : ''}\n`);
-      else process.stdout.write(`${end.status}${end.error ? `: ${end.error.message}` : ''}\n`);
+      // With --json the last NDJSON line already is the final snapshot.
+      if (!flags.json) process.stdout.write(`${outcomeLine(end)}\n`);
       if (end.status !== 'succeeded') process.exitCode = 1;
     });
 

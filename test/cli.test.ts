@@ -1,0 +1,219 @@
+/**
+ * The `longhaul` client commands, run as the built binary against a `longhaul dev` child
+ * process: submit (plain, --json, --watch with plain lines and with a progress bar on a
+ * terminal), status, ls, cancel, retry, --url / LONGHAUL_URL, --api-key / LONGHAUL_API_KEY,
+ * and readable errors with a non-zero exit for every failure.
+ */
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { BIN, collect, type Dev, runCli, startDev } from './support/dev-process.js';
+
+const KEY = 'lh_cli_test_key_0123456789';
+const OTHER_KEY = 'lh_cli_other_key_0123456789';
+const TASKS = join(process.cwd(), 'test/fixtures/cli-tasks.mjs');
+
+interface Snapshot {
+  id: string;
+  type: string;
+  status: string;
+  attempts: number;
+  result: unknown;
+  error: { message: string } | null;
+}
+
+describe('longhaul CLI (built binary)', () => {
+  let dir: string;
+  let dev: Dev;
+  /** Environment for a client command talking to the dev server as tenant `acme`. */
+  let env: Record<string, string>;
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'longhaul-cli-'));
+    dev = await startDev(join(dir, 'cli.db'), { LONGHAUL_API_KEYS: `acme:${KEY},other:${OTHER_KEY}` }, ['--tasks', TASKS]);
+    env = { LONGHAUL_URL: dev.base, LONGHAUL_API_KEY: KEY };
+  });
+  after(async () => {
+    if (dev?.child.exitCode === null) {
+      dev.child.kill('SIGTERM');
+      await new Promise((r) => dev.child.once('exit', r));
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('submit prints the accepted job; --json prints its snapshot', async () => {
+    const plain = await runCli(['submit', 'cli.echo', '--input', '{"text":"hi"}'], env);
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.match(plain.stdout, /^[0-9a-f-]{36} (queued|running|succeeded)/);
+    const json = await runCli(['submit', 'cli.echo', '--input', '{"text":"hi"}', '--json'], env);
+    assert.equal(json.code, 0, json.stderr);
+    const job = JSON.parse(json.stdout) as Snapshot;
+    assert.equal(job.type, 'cli.echo');
+  });
+
+  it('submit --watch prints one plain line per change when stdout is not a terminal, and exits 0 on success', async () => {
+    const run = await runCli(['submit', 'demo.sleep', '--input', '{"steps":4,"stepMs":80}', '--watch'], env);
+    assert.equal(run.code, 0, run.stderr);
+    const lines = run.stdout.trim().split('\n');
+    assert.ok(!run.stdout.includes('\r') && !run.stdout.includes('\x1b['), 'no cursor movement in plain mode');
+    assert.ok(
+      lines.some((l) => /running .*stage=sleeping items=\d\/4/.test(l)),
+      `progress lines with stage and items:\n${run.stdout}`,
+    );
+    assert.equal(lines.length, new Set(lines).size, 'a line is printed only when something changed');
+    assert.match(lines.at(-1) ?? '', /^succeeded: \{"steps":4,"resumedFrom":0\}$/);
+  });
+
+  it('submit --watch exits 1 with the error when the job fails', async () => {
+    const run = await runCli(['submit', 'cli.fail', '--watch'], env);
+    assert.equal(run.code, 1);
+    assert.match(run.stdout.trim().split('\n').at(-1) ?? '', /^failed: the input was rejected on purpose$/);
+  });
+
+  it('submit --watch exits 1 when the job is cancelled meanwhile (cancel from another CLI call)', async () => {
+    const watcher = spawn(process.execPath, [BIN, 'submit', 'demo.sleep', '--input', '{"steps":200,"stepMs":50}', '--watch'], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const done = collect(watcher);
+    // The first line carries the id.
+    const id = await new Promise<string>((resolve) => {
+      let out = '';
+      watcher.stdout?.on('data', (d: Buffer) => {
+        out += d.toString();
+        const m = /^([0-9a-f-]{36}) running/m.exec(out);
+        if (m) resolve(m[1] as string);
+      });
+    });
+    const cancel = await runCli(['cancel', id], env);
+    assert.equal(cancel.code, 0, cancel.stderr);
+    assert.match(cancel.stdout, new RegExp(`^${id} (running|cancelled)`));
+    const run = await done;
+    assert.equal(run.code, 1, run.stdout);
+    assert.match(run.stdout.trim().split('\n').at(-1) ?? '', /^cancelled/);
+    const status = await runCli(['status', id, '--json'], env);
+    assert.equal((JSON.parse(status.stdout) as Snapshot).status, 'cancelled');
+  });
+
+  it('submit --watch draws a redrawn progress bar with stage and ETA on a terminal', { skip: spawnSync('script', ['--version']).status !== 0 && 'util-linux `script` is not installed' }, async () => {
+    // `script` gives the command a pseudo-terminal, so stdout.isTTY is true.
+    // The terminal is 100 columns wide, as most are.
+    const cmd = `stty cols 100; ${process.execPath} ${BIN} submit demo.sleep --input '{"steps":12,"stepMs":150}' --watch`;
+    const child = spawn('script', ['-qefc', cmd, '/dev/null'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const run = await collect(child);
+    assert.equal(run.code, 0, run.stdout + run.stderr);
+    assert.ok(run.stdout.includes('\r\x1b[2K['), 'the bar is redrawn in place');
+    assert.match(run.stdout, /\[[█░]+\]\s+\d+%\s+running\s+sleeping\s+\d+\/12/);
+    assert.match(run.stdout, /ETA \d+s/);
+    assert.match(run.stdout, /100%\s+succeeded/);
+    const widest = Math.max(...run.stdout.split(new RegExp(`\r${String.fromCharCode(27)}\\[2K|\r?\n`)).map((frame) => [...frame].length));
+    assert.ok(widest <= 99, `every frame fits the terminal (widest ${widest})`);
+  });
+
+  it('a terminal reporting 0 columns still gets a readable bar', { skip: spawnSync('script', ['--version']).status !== 0 && 'util-linux `script` is not installed' }, async () => {
+    const cmd = `stty cols 0; ${process.execPath} ${BIN} submit cli.echo --input '{"text":"x"}' --watch`;
+    const run = await collect(spawn('script', ['-qefc', cmd, '/dev/null'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }));
+    assert.equal(run.code, 0, run.stdout + run.stderr);
+    assert.match(run.stdout, /100%\s+succeeded/);
+  });
+
+  it('submit --watch --json prints one JSON snapshot per line, the last one final', async () => {
+    const run = await runCli(['submit', 'demo.sleep', '--input', '{"steps":3,"stepMs":60}', '--watch', '--json'], env);
+    assert.equal(run.code, 0, run.stderr);
+    const snapshots = run.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Snapshot);
+    assert.ok(snapshots.length >= 2, run.stdout);
+    assert.equal(new Set(snapshots.map((s) => s.id)).size, 1);
+    assert.equal(snapshots.at(-1)?.status, 'succeeded');
+    assert.deepEqual(snapshots.at(-1)?.result, { steps: 3, resumedFrom: 0 });
+  });
+
+  it('status, ls (with filters) and retry', async () => {
+    const lastJson = (out: string) => JSON.parse(out.trim().split('\n').at(-1) ?? '') as Snapshot;
+    const failed = lastJson((await runCli(['submit', 'cli.fail', '--watch', '--json'], env)).stdout);
+    assert.equal(failed.status, 'failed');
+    const status = await runCli(['status', failed.id], env);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, new RegExp(`^${failed.id} failed .*error="the input was rejected on purpose"`));
+
+    const ls = await runCli(['ls', '--status', 'failed', '--type', 'cli.fail'], env);
+    assert.equal(ls.code, 0, ls.stderr);
+    assert.match(ls.stdout, new RegExp(`^${failed.id}  failed +cli\\.fail  `, 'm'));
+    assert.ok(!ls.stdout.includes('demo.sleep'), 'the type filter applies');
+    const page = JSON.parse((await runCli(['ls', '--limit', '1', '--json'], env)).stdout) as { items: Snapshot[]; nextCursor: string | null };
+    assert.equal(page.items.length, 1);
+    assert.ok(page.nextCursor, 'more pages exist');
+
+    const retried = await runCli(['retry', failed.id, '--json'], env);
+    assert.equal(retried.code, 0, retried.stderr);
+    assert.ok(['queued', 'running', 'failed'].includes((JSON.parse(retried.stdout) as Snapshot).status));
+
+    const succeeded = lastJson((await runCli(['submit', 'cli.echo', '--input', '{"text":"x"}', '--watch', '--json'], env)).stdout);
+    assert.equal(succeeded.status, 'succeeded');
+    const conflict = await runCli(['retry', succeeded.id], env);
+    assert.equal(conflict.code, 1);
+    assert.match(conflict.stderr, /^longhaul: 409 /);
+    assert.equal(conflict.stdout, '');
+  });
+
+  it('--url and --api-key flags work and win over the environment', async () => {
+    const run = await runCli(['ls', '--url', dev.base, '--api-key', KEY, '--limit', '1'], { LONGHAUL_URL: 'http://127.0.0.1:1', LONGHAUL_API_KEY: 'wrong' });
+    assert.equal(run.code, 0, run.stderr);
+  });
+
+  it('tenants are isolated: another tenant sees no job and cannot cancel it', async () => {
+    const mine = JSON.parse((await runCli(['submit', 'cli.echo', '--input', '{"text":"mine"}', '--json'], env)).stdout) as Snapshot;
+    const theirs = { LONGHAUL_URL: dev.base, LONGHAUL_API_KEY: OTHER_KEY };
+    const status = await runCli(['status', mine.id], theirs);
+    assert.equal(status.code, 1);
+    assert.match(status.stderr, /404/);
+    const cancel = await runCli(['cancel', mine.id], theirs);
+    assert.equal(cancel.code, 1);
+    assert.match(cancel.stderr, /404/);
+    assert.equal((await runCli(['ls'], theirs)).stdout, 'no jobs\n');
+  });
+
+  it('every failure is one readable line on stderr and exit code 1', async () => {
+    const closedPort = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    const cases: Array<[string[], Record<string, string | undefined>, RegExp]> = [
+      [['ls'], { LONGHAUL_URL: dev.base, LONGHAUL_API_KEY: undefined }, /^longhaul: 401 /],
+      [['ls'], { LONGHAUL_URL: dev.base, LONGHAUL_API_KEY: 'not-a-key' }, /^longhaul: 401 /],
+      [['ls'], { LONGHAUL_URL: `http://127.0.0.1:${closedPort}`, LONGHAUL_API_KEY: KEY }, /^longhaul: cannot reach http:\/\/127\.0\.0\.1:\d+: is the server running\?/],
+      [['ls'], { LONGHAUL_URL: 'http://no-such-host.invalid', LONGHAUL_API_KEY: KEY }, /^longhaul: cannot reach http:\/\/no-such-host\.invalid: (ENOTFOUND|EAI_AGAIN)/],
+      [['submit', 'cli.echo', '--input', '{not json'], env, /^longhaul: --input is not valid JSON/],
+      [['submit', 'no.such.task'], env, /^longhaul: 422 .*no\.such\.task/],
+      [['submit', 'cli.echo', '--input', '{"text":5}'], env, /^longhaul: 422 .*text/],
+      [['submit', 'cli.echo', '--input', '{"text":"x"}', '--priority', 'urgent'], env, /^longhaul: 400 /],
+      [['submit', 'cli.echo', '--delay-ms', '-5'], env, /^longhaul: --delay-ms must be a non-negative integer/],
+      [['status', '00000000-0000-7000-8000-000000000000'], env, /^longhaul: 404 /],
+      [['ls', '--limit', '0'], env, /^longhaul: --limit must be an integer from 1 to 1000/],
+      [['ls', '--status', 'sleeping'], env, /^longhaul: 400 /],
+    ];
+    for (const [args, extra, expected] of cases) {
+      const run = await runCli(args, { ...extra });
+      assert.equal(run.code, 1, `${args.join(' ')}: exit code`);
+      assert.match(run.stderr, expected, `${args.join(' ')}: ${run.stderr}`);
+      assert.equal(run.stderr.trim().split('\n').length, 1, `${args.join(' ')}: one line, no stack trace: ${run.stderr}`);
+    }
+  });
+
+  it('unknown commands and missing arguments print usage and exit non-zero', async () => {
+    const unknown = await runCli(['frobnicate'], env);
+    assert.notEqual(unknown.code, 0);
+    assert.match(unknown.stderr, /unknown command 'frobnicate'/);
+    const missing = await runCli(['status'], env);
+    assert.notEqual(missing.code, 0);
+    assert.match(missing.stderr, /missing required argument 'id'/);
+  });
+});
