@@ -17,6 +17,7 @@ import {
   UnknownTaskError,
 } from './core/errors.js';
 import { uuidv7 } from './core/ids.js';
+import { jsonDepth, MAX_ATTEMPTS_LIMIT, MAX_IDEMPOTENCY_KEY, MAX_JSON_DEPTH, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from './core/limits.js';
 import { type JobRecord, type JobSnapshot, PRIORITIES, type Priority, toSnapshot } from './core/job.js';
 import { IMMEDIATELY_CANCELLABLE, isJobState, isTerminal, type JobState } from './core/states.js';
 import { SqliteStore } from './store/sqlite/sqlite-store.js';
@@ -92,8 +93,6 @@ export interface JobStats {
   durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
 }
 
-const MAX_IDEMPOTENCY_KEY = 255;
-const MAX_ATTEMPTS_LIMIT = 1000;
 
 function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
@@ -110,10 +109,21 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && (Object.getPrototypeOf(v) === Object.prototype || Object.getPrototypeOf(v) === null);
 }
 
-function toEpoch(runAt: Date | string | number): number {
+function toEpoch(runAt: Date | string | number, now: number): number {
   const ms = runAt instanceof Date ? runAt.getTime() : typeof runAt === 'string' ? Date.parse(runAt) : runAt;
   if (typeof ms !== 'number' || !Number.isFinite(ms)) throw new InvalidOptionsError(`runAt must be a date, an ISO 8601 string or epoch ms (got ${JSON.stringify(runAt)})`);
+  if (Math.abs(ms - now) > MAX_SCHEDULE_MS) throw new InvalidOptionsError('runAt must be within 100 years of now');
   return ms;
+}
+
+/** A JSON copy of `value` (what the store keeps), or a clear error naming `what`. */
+function jsonCopy(value: unknown, what: string): unknown {
+  if (jsonDepth(value) > MAX_JSON_DEPTH) throw new InvalidOptionsError(`${what} nests deeper than ${MAX_JSON_DEPTH} levels`);
+  try {
+    return JSON.parse(JSON.stringify(value));
+  } catch (err) {
+    throw new InvalidOptionsError(`${what} must be JSON-serializable: ${(err as Error).message}`);
+  }
 }
 
 function snapshotKey(s: JobSnapshot): string {
@@ -185,32 +195,28 @@ export class Longhaul {
     const { priority, runAt, delayMs, maxAttempts, timeoutMs, metadata, idempotencyKey, tenant, parentId } = options;
     if (priority !== undefined && !PRIORITIES.includes(priority)) throw new InvalidOptionsError(`priority must be one of ${PRIORITIES.join(', ')}`);
     if (runAt !== undefined && delayMs !== undefined) throw new InvalidOptionsError('give runAt or delayMs, not both');
-    if (delayMs !== undefined && (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0)) {
-      throw new InvalidOptionsError('delayMs must be a non-negative number');
+    if (delayMs !== undefined && (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_SCHEDULE_MS)) {
+      throw new InvalidOptionsError('delayMs must be a non-negative number of ms, at most 100 years');
     }
     if (maxAttempts !== undefined && (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > MAX_ATTEMPTS_LIMIT)) {
       throw new InvalidOptionsError(`maxAttempts must be an integer from 1 to ${MAX_ATTEMPTS_LIMIT}`);
     }
-    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0)) {
-      throw new InvalidOptionsError('timeoutMs must be a positive number');
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMEOUT_MS)) {
+      throw new InvalidOptionsError('timeoutMs must be a positive number of ms, at most 100 years');
     }
     if (metadata !== undefined && !isPlainObject(metadata)) throw new InvalidOptionsError('metadata must be an object');
+    const meta = metadata === undefined ? null : (jsonCopy(metadata, 'metadata') as Record<string, unknown>);
     if (idempotencyKey !== undefined && (typeof idempotencyKey !== 'string' || idempotencyKey.length === 0 || idempotencyKey.length > MAX_IDEMPOTENCY_KEY)) {
       throw new InvalidOptionsError(`idempotencyKey must be a string of 1 to ${MAX_IDEMPOTENCY_KEY} characters`);
     }
     if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) throw new InvalidOptionsError('tenant must be a non-empty string');
-    let value: unknown = input ?? null;
-    try {
-      value = value === null ? null : JSON.parse(JSON.stringify(value));
-    } catch (err) {
-      throw new InvalidOptionsError(`input must be JSON-serializable: ${(err as Error).message}`);
-    }
+    let value: unknown = input === undefined || input === null ? null : jsonCopy(input, 'input');
     if (task.input !== undefined) {
       const checked = await validateInput(task.input, input === undefined ? undefined : value);
       if (!checked.ok) throw new InputValidationError(type, checked.issues);
       value = checked.value ?? null;
     }
-    const when = runAt !== undefined ? toEpoch(runAt) : now + (delayMs ?? 0);
+    const when = runAt !== undefined ? toEpoch(runAt, now) : now + (delayMs ?? 0);
     const requestHash =
       idempotencyKey === undefined
         ? null
@@ -224,7 +230,7 @@ export class Longhaul {
       state: when > now ? 'pending' : 'queued',
       priority: priority ?? task.priority ?? 'normal',
       input: value,
-      metadata: metadata ?? null,
+      metadata: meta,
       maxAttempts: maxAttempts ?? task.maxAttempts ?? this.config.defaultMaxAttempts,
       runAt: when,
       createdAt: now,

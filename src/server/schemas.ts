@@ -4,6 +4,7 @@
  */
 import { JOB_STATES } from '../core/states.js';
 import { PRIORITIES } from '../core/job.js';
+import { MAX_ATTEMPTS_LIMIT, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
 
 const nullableString = { type: ['string', 'null'] } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
@@ -75,7 +76,6 @@ export const problemSchema = {
 const snapshotRef = { $ref: 'JobSnapshot#' } as const;
 const problemRef = { $ref: 'Problem#' } as const;
 
-const MAX_DELAY_MS = 100 * 365 * 86_400_000;
 
 export const submitBodySchema = {
   type: 'object',
@@ -87,9 +87,9 @@ export const submitBodySchema = {
     priority: { type: 'string', enum: [...PRIORITIES] },
     runAt: { type: 'string', format: 'date-time' },
     // Bounded so that now + delayMs stays a valid date (an unbounded delay made an unreadable job).
-    delayMs: { type: 'integer', minimum: 0, maximum: MAX_DELAY_MS, description: 'ms from now, at most 100 years' },
-    maxAttempts: { type: 'integer', minimum: 1, maximum: 1000 },
-    timeoutMs: { type: 'integer', minimum: 1 },
+    delayMs: { type: 'integer', minimum: 0, maximum: MAX_SCHEDULE_MS, description: 'ms from now, at most 100 years' },
+    maxAttempts: { type: 'integer', minimum: 1, maximum: MAX_ATTEMPTS_LIMIT },
+    timeoutMs: { type: 'integer', minimum: 1, maximum: MAX_TIMEOUT_MS, description: 'ms, at most 100 years' },
     metadata: { type: 'object', additionalProperties: true },
   },
 } as const;

@@ -1,0 +1,28 @@
+/**
+ * Bounds on submission options, shared by the library API and the HTTP schemas so both refuse
+ * the same values with the same words.
+ */
+
+/** 100 years: the furthest a job may be scheduled (`delayMs`, or `runAt` from now, either way). */
+export const MAX_SCHEDULE_MS = 100 * 365 * 86_400_000;
+/** 100 years: the longest `timeoutMs` (longer would be no timeout at all). */
+export const MAX_TIMEOUT_MS = MAX_SCHEDULE_MS;
+export const MAX_ATTEMPTS_LIMIT = 1000;
+export const MAX_IDEMPOTENCY_KEY = 255;
+/** How deeply `input` and `metadata` may nest (deeper JSON is refused rather than risking the stack). */
+export const MAX_JSON_DEPTH = 64;
+
+/** The nesting depth of a JSON value: 0 for a scalar, 1 for a flat object or array. */
+export function jsonDepth(value: unknown, limit = MAX_JSON_DEPTH + 1): number {
+  let deepest = 0;
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop() as [unknown, number];
+    if (typeof v !== 'object' || v === null) continue;
+    const d = depth + 1;
+    if (d > deepest) deepest = d;
+    if (d >= limit) return d;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, d]);
+  }
+  return deepest;
+}
