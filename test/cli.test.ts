@@ -193,7 +193,7 @@ describe('longhaul CLI (built binary)', () => {
       [['ls'], { LONGHAUL_URL: 'http://no-such-host.invalid', LONGHAUL_API_KEY: KEY }, /^longhaul: cannot reach http:\/\/no-such-host\.invalid: (ENOTFOUND|EAI_AGAIN)/],
       [['submit', 'cli.echo', '--input', '{not json'], env, /^longhaul: --input is not valid JSON/],
       [['submit', 'no.such.task'], env, /^longhaul: 422 .*no\.such\.task/],
-      [['submit', 'cli.echo', '--input', '{"text":5}'], env, /^longhaul: 422 .*text/],
+      [['submit', 'cli.echo', '--input', '{"text":5}'], env, /^longhaul: 422 INVALID_INPUT: input for "cli\.echo" is invalid: \/?text: must be string\n$/],
       [['submit', 'cli.echo', '--input', '{"text":"x"}', '--priority', 'urgent'], env, /^longhaul: 400 /],
       [['submit', 'cli.echo', '--delay-ms', '-5'], env, /^longhaul: --delay-ms must be a non-negative integer/],
       [['status', '00000000-0000-7000-8000-000000000000'], env, /^longhaul: 404 /],

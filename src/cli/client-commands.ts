@@ -21,8 +21,11 @@ function clientFrom(flags: ClientFlags): LonghaulClient {
 /** Turns API and network failures into one readable line. */
 export function describeFailure(err: unknown, flags: ClientFlags): string {
   if (err instanceof LonghaulApiError) {
-    const fields = err.errors?.length ? ` (${err.errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; ')})` : '';
-    return `${err.status} ${err.code ?? ''}: ${err.detail ?? err.message}${fields}`.replace(/\s+:/, ':');
+    const detail = err.detail ?? err.message;
+    const issues = (err.errors ?? []).map((e) => (e.path ? `${e.path}: ${e.message}` : e.message));
+    // The detail often lists the field errors already; add only the ones it does not name.
+    const extra = issues.filter((i) => !detail.includes(i));
+    return `${err.status} ${err.code ?? ''}: ${detail}${extra.length ? ` (${extra.join('; ')})` : ''}`.replace(/\s+:/, ':');
   }
   const url = flags.url ?? process.env.LONGHAUL_URL ?? 'http://127.0.0.1:8080';
   const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
