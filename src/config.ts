@@ -14,6 +14,8 @@ export interface LonghaulConfig {
   resultTtlMs: number;
   defaultMaxAttempts: number;
   concurrency: number;
+  /** PostgreSQL only: connections in each process's query pool (LISTEN and the sweeper lock use one more each). */
+  pgPoolSize: number;
 }
 
 export const DEFAULTS: LonghaulConfig = {
@@ -27,6 +29,7 @@ export const DEFAULTS: LonghaulConfig = {
   resultTtlMs: 7 * 86_400_000,
   defaultMaxAttempts: 3,
   concurrency: 10,
+  pgPoolSize: 10,
 };
 
 type Env = Record<string, string | undefined>;
@@ -52,5 +55,6 @@ export function resolveConfig(options: Partial<LonghaulConfig>, env: Env = proce
     resultTtlMs: options.resultTtlMs ?? intFromEnv(env, 'LONGHAUL_RESULT_TTL_MS', 1) ?? DEFAULTS.resultTtlMs,
     defaultMaxAttempts: options.defaultMaxAttempts ?? DEFAULTS.defaultMaxAttempts,
     concurrency: options.concurrency ?? intFromEnv(env, 'LONGHAUL_CONCURRENCY', 1) ?? DEFAULTS.concurrency,
+    pgPoolSize: options.pgPoolSize ?? intFromEnv(env, 'LONGHAUL_PG_POOL_SIZE', 1) ?? DEFAULTS.pgPoolSize,
   };
 }

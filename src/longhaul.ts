@@ -21,15 +21,16 @@ import { jsonDepth, MAX_ATTEMPTS_LIMIT, MAX_IDEMPOTENCY_KEY, MAX_JSON_DEPTH, MAX
 import { type JobRecord, type JobSnapshot, PRIORITIES, type Priority, toSnapshot } from './core/job.js';
 import { IMMEDIATELY_CANCELLABLE, isJobState, isTerminal, type JobState } from './core/states.js';
 import { SqliteStore } from './store/sqlite/sqlite-store.js';
+import { PostgresStore } from './store/postgres/postgres-store.js';
 import { Batcher } from './store/batcher.js';
-import type { InsertResult, NewJob, Store } from './store/store.js';
+import type { InsertResult, NewJob, SqlTransaction, Store } from './store/store.js';
 import { Sweeper } from './sweeper/sweeper.js';
 import { collectTasks, isTask, type Task } from './tasks/define.js';
 import { validateInput } from './tasks/schema.js';
 import { Worker, type WorkerOptions } from './worker/runtime.js';
 
 export interface OpenOptions extends Partial<LonghaulConfig> {
-  /** A SQLite path (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
+  /** A SQLite path or a `postgres://` URL (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
   database?: string;
   store?: Store;
   /** Tasks: an array, an object of tasks, or an imported tasks module. */
@@ -48,6 +49,13 @@ export interface SubmitOptions {
   idempotencyKey?: string;
   tenant?: string;
   parentId?: string;
+  /**
+   * PostgreSQL only: a `pg` client (Client, or PoolClient from `pool.connect()`) with an open
+   * transaction. The job is inserted in that transaction: a rollback leaves no job, and workers
+   * see it (and are woken by NOTIFY, which PostgreSQL delivers at commit) only once it commits.
+   * No `job:submitted` event is emitted for it, since this process cannot tell whether it will commit.
+   */
+  tx?: SqlTransaction;
 }
 
 export interface TenantScope {
@@ -162,10 +170,9 @@ export class Longhaul {
     const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
     let store = options.store;
     if (!store) {
-      if (/^postgres(ql)?:\/\//.test(config.database)) {
-        throw new InvalidOptionsError('PostgreSQL databases are not supported by this version of Longhaul yet; use a SQLite file path');
-      }
-      store = new SqliteStore({ path: config.database });
+      store = /^postgres(ql)?:\/\//.test(config.database)
+        ? new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger })
+        : new SqliteStore({ path: config.database });
     }
     await store.migrate();
     return new Longhaul(store, config, tasks, logger, options.store === undefined);
@@ -248,13 +255,18 @@ export class Longhaul {
   async enqueue(type: string, input?: unknown, options: SubmitOptions = {}): Promise<{ job: JobSnapshot; replayed: boolean }> {
     this.assertOpen();
     const job = await this.prepare(type, input, options, Date.now());
+    if (options.tx !== undefined) {
+      if (this.store.dialect !== 'postgres') throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
+      const maxBacklog = this.config.maxQueued;
+      return this.afterInsert(await this.store.insertJob({ job, tx: options.tx, ...(maxBacklog === undefined ? {} : { maxBacklog }) }), job, false);
+    }
     return this.afterInsert(await this.inserts.add(job), job);
   }
 
-  private afterInsert(res: InsertResult, job: NewJob): { job: JobSnapshot; replayed: boolean } {
+  private afterInsert(res: InsertResult, job: NewJob, announce = true): { job: JobSnapshot; replayed: boolean } {
     switch (res.kind) {
       case 'created':
-        this.bus.emit('job:submitted', { job: res.job });
+        if (announce) this.bus.emit('job:submitted', { job: res.job });
         return { job: toSnapshot(res.job), replayed: false };
       case 'existing':
         return { job: toSnapshot(res.job), replayed: true };
@@ -275,8 +287,18 @@ export class Longhaul {
     const now = Date.now();
     const prepared: NewJob[] = [];
     for (const j of jobs) prepared.push(await this.prepare(j.type, j.input, j.options ?? {}, now));
-    const results = await this.store.insertJobs({ jobs: prepared, ...(this.config.maxQueued === undefined ? {} : { maxBacklog: this.config.maxQueued }) });
-    return results.map((r, i) => this.afterInsert(r, prepared[i] as NewJob).job);
+    const txs = new Set(jobs.map((j) => j.options?.tx));
+    if (txs.size > 1) throw new InvalidOptionsError('submitMany takes one tx for the whole batch or none');
+    const [tx] = txs;
+    if (tx !== undefined && this.store.dialect !== 'postgres') {
+      throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
+    }
+    const results = await this.store.insertJobs({
+      jobs: prepared,
+      ...(this.config.maxQueued === undefined ? {} : { maxBacklog: this.config.maxQueued }),
+      ...(tx === undefined ? {} : { tx }),
+    });
+    return results.map((r, i) => this.afterInsert(r, prepared[i] as NewJob, tx === undefined).job);
   }
 
   // ---- reads ----------------------------------------------------------------------------

@@ -217,3 +217,13 @@ describe('longhaul CLI (built binary)', () => {
     assert.match(missing.stderr, /missing required argument 'id'/);
   });
 });
+
+describe('redactUrl', () => {
+  it('hides a URL password and leaves paths alone', async () => {
+    const { redactUrl } = await import('../src/cli/runtime.js');
+    assert.equal(redactUrl('postgres://app:s3cret@db.internal:5432/jobs'), 'postgres://app:***@db.internal:5432/jobs');
+    assert.equal(redactUrl('postgres://app@db/jobs'), 'postgres://app@db/jobs');
+    assert.equal(redactUrl('./longhaul.db'), './longhaul.db');
+    assert.equal(redactUrl('/var/lib/longhaul/data.db'), '/var/lib/longhaul/data.db');
+  });
+});

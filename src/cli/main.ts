@@ -5,14 +5,14 @@ import { Command, CommanderError } from 'commander';
 import { LonghaulError } from '../core/errors.js';
 import { Longhaul } from '../longhaul.js';
 import { registerClientCommands } from './client-commands.js';
-import { CliError, makeLogger, runRuntime } from './runtime.js';
+import { CliError, makeLogger, redactUrl, runRuntime } from './runtime.js';
 
 const program = new Command();
 program.name('longhaul').description('Long-running jobs for web applications').showHelpAfterError();
 
 const runtimeOptions = (cmd: Command) =>
   cmd
-    .option('--database <url>', 'SQLite path (LONGHAUL_DATABASE_URL)', undefined)
+    .option('--database <url>', 'SQLite path or postgres:// URL (LONGHAUL_DATABASE_URL)', undefined)
     .option('--tasks <file>', 'tasks module (LONGHAUL_TASKS)')
     .option('--concurrency <n>', 'jobs run at once by this process (LONGHAUL_CONCURRENCY)')
     .option('--drain-ms <ms>', 'on SIGTERM, how long running jobs may finish before they are handed back', undefined);
@@ -31,10 +31,10 @@ runtimeOptions(program.command('worker').description('run jobs of the tasks modu
 program
   .command('migrate')
   .description('create or upgrade the database schema')
-  .option('--database <url>', 'SQLite path (LONGHAUL_DATABASE_URL)')
+  .option('--database <url>', 'SQLite path or postgres:// URL (LONGHAUL_DATABASE_URL)')
   .action(async (o: { database?: string }) => {
     const lh = await Longhaul.open({ ...(o.database ? { database: o.database } : {}), logger: makeLogger() });
-    process.stdout.write(`database ${lh.config.database} is up to date\n`);
+    process.stdout.write(`database ${redactUrl(lh.config.database)} is up to date\n`);
     await lh.close();
   });
 

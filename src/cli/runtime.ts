@@ -20,6 +20,18 @@ export interface RuntimeFlags {
 
 export class CliError extends Error {}
 
+/** A database location fit to print: a URL's password is replaced by `***`. */
+export function redactUrl(database: string): string {
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(database)) return database;
+  try {
+    const url = new URL(database);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    return database.replace(/:\/\/([^:@/]+):[^@/]*@/, '://$1:***@');
+  }
+}
+
 export async function loadTasksModule(file: string): Promise<Task[]> {
   let mod: Record<string, unknown>;
   try {
@@ -75,11 +87,11 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       const address = await app.listen({ host, port });
       const base = address.replace('[::1]', 'localhost');
       process.stdout.write(
-        `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${lh.config.database}\n` +
+        `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n` +
           (mode === 'dev' ? `  tasks      ${[...lh.tasks.keys()].join(', ')}\n  try        curl -si -X POST ${base}/v1/jobs -H 'content-type: application/json' -d '{"type":"demo.sleep","input":{"steps":20}}'\n` : ''),
       );
     } else {
-      process.stdout.write(`longhaul worker running ${[...lh.tasks.keys()].join(', ')} (concurrency ${concurrency}) on ${lh.config.database}\n`);
+      process.stdout.write(`longhaul worker running ${[...lh.tasks.keys()].join(', ')} (concurrency ${concurrency}) on ${redactUrl(lh.config.database)}\n`);
     }
   } catch (err) {
     await app?.close();

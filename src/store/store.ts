@@ -36,10 +36,23 @@ export interface NewJob {
   requestHash: string | null;
 }
 
+/**
+ * A database client with an open transaction, owned by the caller (PostgreSQL: a `pg` Client,
+ * or a PoolClient from `pool.connect()`). Only the PostgreSQL store accepts one.
+ */
+export interface SqlTransaction {
+  query: (...args: never[]) => unknown;
+}
+
 export interface InsertJobParams {
   job: NewJob;
   /** Refuse (kind 'full') when the tenant-independent backlog (pending+queued+retrying) is at least this. */
   maxBacklog?: number;
+  /**
+   * Insert on this client, inside the caller's open transaction: the job exists only if that
+   * transaction commits. PostgreSQL only: Longhaul refuses the option on other stores.
+   */
+  tx?: SqlTransaction;
 }
 
 export type InsertResult =
@@ -165,7 +178,7 @@ export interface Store {
 
   insertJob(params: InsertJobParams): Promise<InsertResult>;
   /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */
-  insertJobs(params: { jobs: NewJob[]; maxBacklog?: number }): Promise<InsertResult[]>;
+  insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; tx?: SqlTransaction }): Promise<InsertResult[]>;
   getJob(params: GetJobParams): Promise<JobRecord | null>;
   listJobs(params: ListJobsParams): Promise<JobPage>;
   getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null>;
@@ -192,4 +205,11 @@ export interface Store {
 
   /** True when another connection may have written since the last call (cheap poll for idle workers). */
   pollChanges(): Promise<boolean>;
+
+  /**
+   * Stores shared by several nodes elect one sweeper: true while this process holds the
+   * sweeper role (it keeps it until it closes or dies), false when another does. Stores
+   * without it (SQLite) let every sweeper run.
+   */
+  tryAcquireSweeperLock?(): Promise<boolean>;
 }

@@ -111,6 +111,8 @@ export class Sweeper {
     const { store } = this.options;
     const now = this.clock();
     const report: SweepReport = { promoted: 0, reaped: 0, timedOut: 0, forced: 0, stalled: 0, expired: 0 };
+    // A store shared by several nodes (PostgreSQL) elects one sweeper; the others skip their pass.
+    if (store.tryAcquireSweeperLock && !(await store.tryAcquireSweeperLock())) return report;
     report.promoted = await store.promoteDue({ now, limit: this.batch });
     if (report.promoted > 0) this.options.bus.emit('jobs:promoted', { count: report.promoted });
 

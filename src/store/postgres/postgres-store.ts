@@ -1,0 +1,715 @@
+/**
+ * The distributed store: PostgreSQL through a `pg` Pool, shared by any number of API servers
+ * and worker processes on any number of machines.
+ *
+ * - Round trips: a worker's cycle (its completions, then a claim) is one call of the SQL
+ *   function `complete_and_claim`, one round trip and one transaction whatever the batch size;
+ *   `transition` is one call of `apply_transitions`; every other operation is one statement.
+ *   Fixed statements are prepared once per connection (named statements).
+ * - Claims take rows with FOR UPDATE SKIP LOCKED in queue order (priority, runAt, id).
+ *   Per-type `concurrency` holds exactly across all workers: claims of a limited type take a
+ *   transaction-level advisory lock on the type and count its running jobs after getting it
+ *   (see schema.ts). Unlimited types never wait for each other.
+ * - Every transition is a compare-and-swap on (id, state[, lease][, cancel flag]) and appends
+ *   its log row in the same statement. Progress lives in its own (UNLOGGED) table: saving
+ *   progress never writes a new version of the job row.
+ * - Change signal: writers NOTIFY `<schema>_wake` when jobs may have become claimable;
+ *   `pollChanges()` reads a dedicated LISTEN connection (see wake-listener.ts).
+ * - The sweeper is elected with a session advisory lock (`tryAcquireSweeperLock`).
+ * - Connection loss: errors of idle pooled clients are logged, never thrown; a query that
+ *   fails because the server went away rejects, and the next one opens a new connection.
+ */
+import pg from 'pg';
+import { InvalidOptionsError } from '../../core/errors.js';
+import { isUuid, uuidv7Floor } from '../../core/ids.js';
+import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
+import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
+import { assertTransition, JOB_STATES, type JobState } from '../../core/states.js';
+import type {
+  Activity,
+  ActivityParams,
+  ClaimParams,
+  GetJobParams,
+  HeartbeatResult,
+  InsertJobParams,
+  InsertResult,
+  JobPage,
+  LeaseRef,
+  ListJobsParams,
+  NewJob,
+  SqlTransaction,
+  Store,
+  SweepParams,
+  TransitionParams,
+} from '../store.js';
+import { encodeCursor, JOB_SELECT, JOB_WIDTH, rowToJob, rowToTransition, TRANSITION_SELECT } from './rows.js';
+import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
+import { SessionLock } from './session-lock.js';
+import { type ListenerLogger, WakeListener } from './wake-listener.js';
+
+export interface PostgresStoreOptions {
+  /** `postgres://user:password@host:port/database` (or `postgresql://`). */
+  connectionString: string;
+  /**
+   * Connections in the query pool. Default 10: a process's worker loop, heartbeats, cancel
+   * polling, progress and checkpoint writes and API reads each hold one only for a statement.
+   * The store opens up to two more, outside the pool: the LISTEN connection (on the first
+   * pollChanges) and the sweeper-lock connection (on the first tryAcquireSweeperLock).
+   */
+  poolSize?: number;
+  /** Schema that holds Longhaul's tables. Default `longhaul`. */
+  schema?: string;
+  /** Where connection problems are reported (pino-compatible). */
+  logger?: ListenerLogger;
+  /** Name the connections carry in pg_stat_activity. Default `longhaul`. */
+  applicationName?: string;
+}
+
+type Client = pg.ClientBase;
+type Queryable = Pick<pg.ClientBase, 'query'>;
+
+const DEFAULT_POOL_SIZE = 10;
+const BACKLOG_STATES_SQL = "('pending', 'queued', 'retrying')";
+
+function decodeCursor(cursor: string): string {
+  const id = Buffer.from(cursor, 'base64url').toString('utf8');
+  if (!isUuid(id)) throw new Error('invalid cursor');
+  return id;
+}
+
+/** The caller's client for a transactional enqueue, checked as far as we can. */
+function transactionClient(tx: SqlTransaction): Client {
+  const candidate = tx as unknown as { query?: unknown; totalCount?: unknown; idleCount?: unknown };
+  if (typeof candidate !== 'object' || candidate === null || typeof candidate.query !== 'function') {
+    throw new InvalidOptionsError('tx must be a pg client (a Client, or a PoolClient from pool.connect()) with an open transaction');
+  }
+  if (tx instanceof pg.Pool || (typeof candidate.totalCount === 'number' && typeof candidate.idleCount === 'number')) {
+    throw new InvalidOptionsError('tx must be a client in an open transaction (from pool.connect()), not the pool itself');
+  }
+  return tx as unknown as Client;
+}
+
+/** A job as a JSON object for json_to_recordset (see INSERT_SOURCE). */
+function jobJson(job: NewJob, o: number): Record<string, unknown> {
+  return {
+    o,
+    id: job.id,
+    tenant: job.tenant,
+    type: job.type,
+    state: job.state,
+    priority: priorityRank(job.priority),
+    input: job.input ?? null,
+    metadata: job.metadata ?? null,
+    max_attempts: job.maxAttempts,
+    run_at: job.runAt,
+    created_at: job.createdAt,
+    timeout_ms: job.timeoutMs,
+    heartbeat_timeout_ms: job.heartbeatTimeoutMs,
+    stall_timeout_ms: job.stallTimeoutMs,
+    result_ttl_ms: job.resultTtlMs,
+    parent_id: job.parentId,
+    idempotency_key: job.idempotencyKey,
+    request_hash: job.requestHash,
+  };
+}
+
+/** The record of a job just inserted, as getJob will read it. */
+function createdRecord(job: NewJob): JobRecord {
+  const { requestHash: _requestHash, ...fields } = job;
+  return {
+    ...fields,
+    result: null,
+    error: null,
+    attempts: 0,
+    lease: 0,
+    workerId: null,
+    cancelRequested: false,
+    cancelReason: null,
+    cancelRequestedAt: null,
+    stalled: false,
+    startedAt: null,
+    finishedAt: null,
+    updatedAt: job.createdAt,
+    expiresAt: null,
+    heartbeatAt: null,
+    checkpoint: null,
+    progress: EMPTY_PROGRESS,
+  };
+}
+
+function checkTransition(p: TransitionParams): void {
+  assertTransition(p.from, p.to);
+  if (p.to === 'running' && p.from !== 'running') throw new Error('a job enters running only through claimJobs');
+}
+
+/**
+ * Transitions as the JSON that apply_transitions reads (see schema.ts). A job named more than
+ * once goes into later rounds so its items apply in order; within a round items are sorted by
+ * id, so concurrent batches lock rows in the same order. Items with an id that cannot exist
+ * (not a UUID) are left out: they lose.
+ */
+function encodeTransitions(items: readonly TransitionParams[]): { json: string; rounds: number } {
+  const seen = new Map<string, number>();
+  const out: Array<Record<string, unknown> & { r: number; id: string }> = [];
+  let rounds = 0;
+  items.forEach((p, i) => {
+    if (!isUuid(p.id)) return;
+    const r = (seen.get(p.id) ?? 0) + 1;
+    seen.set(p.id, r);
+    rounds = Math.max(rounds, r);
+    const patch = p.patch ?? {};
+    const e: Record<string, unknown> & { r: number; id: string } = {
+      o: i + 1,
+      r,
+      id: p.id,
+      f: p.from,
+      t: p.to,
+      why: p.reason,
+      w: p.workerId ?? null,
+      at: p.at,
+    };
+    if (p.lease !== undefined) e.l = p.lease;
+    if (p.cancelRequested !== undefined) e.q = p.cancelRequested;
+    let m = 0;
+    if (patch.runAt !== undefined) {
+      m |= 1;
+      e.run_at = patch.runAt;
+    }
+    if (patch.result !== undefined) {
+      m |= 2;
+      e.result = patch.result;
+    }
+    if (patch.error !== undefined) {
+      m |= 4;
+      e.error = patch.error;
+    }
+    if (patch.finishedAt !== undefined) {
+      m |= 8;
+      e.finished_at = patch.finishedAt;
+    }
+    if (patch.expiresAt !== undefined) {
+      m |= 16;
+      e.expires_at = patch.expiresAt;
+    }
+    if (patch.resetAttempts) m |= 32;
+    else if (patch.refundAttempt) m |= 64;
+    if (patch.clearCheckpoint) m |= 128;
+    if (patch.cancelRequest) {
+      m |= 256;
+      e.cancel_reason = patch.cancelRequest.reason;
+    } else if (patch.cancelRequest === false) m |= 512;
+    if (patch.stalled !== undefined) {
+      m |= 1024;
+      e.stalled = patch.stalled;
+    }
+    e.m = m;
+    out.push(e);
+  });
+  out.sort((a, b) => a.r - b.r || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return { json: JSON.stringify(out), rounds };
+}
+
+/** Claim types deduplicated and sorted (advisory locks are taken in this order), with their limits. */
+function claimTypes(types: ClaimParams['types']): { names: string[]; limits: (number | null)[] } {
+  const byName = new Map<string, number | null>();
+  for (const t of types) {
+    const limit = t.concurrency !== undefined && t.concurrency > 0 ? Math.floor(t.concurrency) : null;
+    const prior = byName.get(t.type);
+    // Listed twice: the stricter limit wins.
+    byName.set(t.type, prior === undefined ? limit : prior === null ? limit : limit === null ? prior : Math.min(prior, limit));
+  }
+  const names = [...byName.keys()].sort();
+  return { names, limits: names.map((n) => byName.get(n) ?? null) };
+}
+
+function leaseKey(id: string, lease: number): string {
+  return `${id}#${lease}`;
+}
+
+export class PostgresStore implements Store {
+  readonly dialect = 'postgres' as const;
+  readonly pool: pg.Pool;
+  readonly schema: string;
+  /** The LISTEN/NOTIFY channel of wake-ups. */
+  readonly channel: string;
+  private readonly s: string;
+  private readonly listener: WakeListener;
+  private readonly sweeperLock: SessionLock;
+  private closing: Promise<void> | null = null;
+  private readonly sql: ReturnType<PostgresStore['statements']>;
+
+  constructor(readonly options: PostgresStoreOptions) {
+    this.schema = options.schema ?? 'longhaul';
+    if (!SCHEMA_NAME.test(this.schema)) throw new Error(`invalid PostgreSQL schema name "${this.schema}": use lower-case letters, digits and _ (at most 40)`);
+    const poolSize = options.poolSize ?? DEFAULT_POOL_SIZE;
+    if (!Number.isInteger(poolSize) || poolSize < 1) throw new Error('poolSize must be a positive integer');
+    this.s = `"${this.schema}"`;
+    this.channel = channelName(this.schema);
+    const base: pg.ClientConfig = {
+      connectionString: options.connectionString,
+      application_name: options.applicationName ?? 'longhaul',
+      keepAlive: true,
+    };
+    this.pool = new pg.Pool({ ...base, max: poolSize, idleTimeoutMillis: 30_000, connectionTimeoutMillis: 10_000 });
+    // An idle client whose connection dies emits 'error' on the pool; unhandled, it would
+    // crash the process. The pool drops that client and the next query connects anew.
+    this.pool.on('error', (err) => options.logger?.warn({ err }, 'PostgreSQL connection lost (idle pooled client); it will be replaced'));
+    this.listener = new WakeListener({ ...base, application_name: `${base.application_name}:listen` }, this.channel, options.logger);
+    this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
+    this.sql = this.statements();
+  }
+
+  /** Statement texts, built once with the schema filled in. */
+  private statements() {
+    const s = this.s;
+    const from = `FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id`;
+    const source = `json_to_recordset($1::json) AS x(o integer, id uuid, tenant text, type text, state text, priority smallint, input json,
+      metadata json, max_attempts integer, run_at bigint, created_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
+      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text)`;
+    const insert = (backlog: boolean) => `
+      WITH src AS (SELECT * FROM ${source}),
+      ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
+      ins AS (
+        INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash)
+        SELECT src.id, src.tenant, src.type, src.state, src.priority, src.input, src.metadata, src.max_attempts, src.run_at, src.created_at,
+          src.created_at, src.timeout_ms, src.heartbeat_timeout_ms, src.stall_timeout_ms, src.result_ttl_ms, src.parent_id,
+          src.idempotency_key, src.request_hash
+        FROM src
+        ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
+        ORDER BY src.o
+        ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, state, created_at
+      ), logged AS (
+        INSERT INTO ${s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
+        SELECT ins.id, 1, NULL, ins.state, ins.created_at, 'submitted', 0, NULL FROM ins
+      ), wake AS (
+        SELECT pg_notify('${this.channel}', '') FROM (SELECT 1 FROM ins WHERE ins.state = 'queued' LIMIT 1) one
+      )
+      SELECT ins.id::text, (SELECT count(*) FROM wake) FROM ins`;
+    const sweep = (where: string) => `SELECT ${JOB_SELECT} ${from} WHERE ${where} LIMIT $2`;
+    return {
+      from,
+      insert: insert(false),
+      insertWithBacklog: insert(true),
+      byKeys: `SELECT ${JOB_SELECT}, j.request_hash ${from}
+        WHERE (j.tenant, j.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+      backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
+      getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
+      transitions: `SELECT j.tenant, ${TRANSITION_SELECT} FROM ${s}.jobs j LEFT JOIN ${s}.transitions t ON t.job_id = j.id WHERE j.id = $1 ORDER BY t.n`,
+      cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7)`,
+      apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
+      promote: `SELECT ${s}.promote_due($1, $2)`,
+      heartbeat: `UPDATE ${s}.jobs j SET heartbeat_at = $3
+        FROM unnest($1::uuid[], $2::integer[]) AS i(id, lease)
+        WHERE j.id = i.id AND j.lease = i.lease AND j.state = 'running'
+        RETURNING j.id::text, j.lease, j.cancel_requested, j.cancel_reason`,
+      leaseStatus: `SELECT j.id::text, j.lease, j.state, j.cancel_requested, j.cancel_reason FROM ${s}.jobs j WHERE j.id = ANY($1::uuid[])`,
+      // The job row is locked FOR SHARE: a transition that takes the lease away waits for this
+      // statement, or this statement sees its result and writes nothing.
+      progress: `
+        WITH held AS (
+          SELECT j.id, j.stalled FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE
+        ), saved AS (
+          INSERT INTO ${s}.progress (job_id, data, updated_at) SELECT held.id, $3::json, $4 FROM held
+          ON CONFLICT (job_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at
+          RETURNING job_id
+        ), unstalled AS (
+          UPDATE ${s}.jobs j SET stalled = false, log_length = j.log_length + 1, updated_at = greatest($4::bigint + 1, j.updated_at + 1)
+          FROM held WHERE j.id = held.id AND held.stalled
+          RETURNING j.id, j.log_length, j.attempts, j.worker_id
+        ), logged AS (
+          INSERT INTO ${s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
+          SELECT u.id, u.log_length, 'running', 'running', $4, 'progress resumed', u.attempts, u.worker_id FROM unstalled u
+        )
+        SELECT count(*)::integer FROM saved`,
+      checkpoint: `UPDATE ${s}.jobs SET checkpoint = $3::json WHERE id = $1 AND lease = $2 AND state = 'running'`,
+      sweep: {
+        stale: sweep("j.state = 'running' AND j.heartbeat_at < $1 - j.heartbeat_timeout_ms"),
+        'timed-out': sweep("j.state = 'running' AND j.timeout_ms IS NOT NULL AND NOT j.cancel_requested AND j.started_at + j.timeout_ms < $1"),
+        drained: sweep("j.state = 'running' AND j.cancel_requested AND j.cancel_requested_at + $3 < $1"),
+        stalled: sweep(`j.state = 'running' AND NOT j.stalled AND j.stall_timeout_ms IS NOT NULL AND j.heartbeat_at >= $1 - j.heartbeat_timeout_ms
+          AND greatest(coalesce(p.updated_at, 0), j.started_at) + j.stall_timeout_ms < $1`),
+        expired: sweep("j.state = 'succeeded' AND j.expires_at IS NOT NULL AND j.expires_at < $1"),
+      } satisfies Record<SweepParams['kind'], string>,
+      countAll: `SELECT state, count(*)::integer FROM ${s}.jobs GROUP BY state`,
+      countTenant: `SELECT state, count(*)::integer FROM ${s}.jobs WHERE tenant = $1 GROUP BY state`,
+    };
+  }
+
+  /** Rows in array mode; a named (prepared) statement unless it runs on a caller's client. */
+  private async rows(name: string, text: string, values: unknown[], client?: Queryable): Promise<unknown[][]> {
+    const res = client ? await client.query({ text, values, rowMode: 'array' }) : await this.pool.query({ name: `lh_${name}`, text, values, rowMode: 'array' });
+    return res.rows as unknown[][];
+  }
+
+  private async inTransaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken = false;
+    try {
+      await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+      const out = await fn(client);
+      await client.query('COMMIT');
+      return out;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {
+        broken = true;
+      });
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  // ---- schema ---------------------------------------------------------------------------
+
+  /**
+   * Applies pending migrations in one transaction under an advisory lock on the schema's
+   * name: concurrent migrations (several processes starting at once) apply each version once.
+   */
+  async migrate(): Promise<void> {
+    const migrations = renderMigrations(this.schema);
+    await this.inTransaction(async (client) => {
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1), 0)', [`${this.schema}:migrate`]);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.s}`);
+      await client.query(`CREATE TABLE IF NOT EXISTS ${this.s}.migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      const res = await client.query<{ v: number }>(`SELECT coalesce(max(version), 0)::integer AS v FROM ${this.s}.migrations`);
+      const current = res.rows[0]?.v ?? 0;
+      if (current > migrations.length) {
+        throw new Error(`database schema version ${current} is newer than this Longhaul (${migrations.length}); upgrade Longhaul`);
+      }
+      for (let v = current; v < migrations.length; v++) {
+        await client.query(migrations[v] as string);
+        await client.query(`INSERT INTO ${this.s}.migrations (version) VALUES ($1)`, [v + 1]);
+      }
+    });
+  }
+
+  async schemaVersion(): Promise<number> {
+    const res = await this.pool.query<{ v: number }>(
+      `SELECT CASE WHEN to_regclass($1) IS NULL THEN 0 ELSE (SELECT coalesce(max(version), 0)::integer FROM ${this.s}.migrations) END AS v`,
+      [`${this.s}.migrations`],
+    );
+    return res.rows[0]?.v ?? 0;
+  }
+
+  /** Number of migrations this version of Longhaul knows. */
+  static get latestVersion(): number {
+    return MIGRATIONS.length;
+  }
+
+  async close(): Promise<void> {
+    this.closing ??= (async () => {
+      await Promise.all([this.listener.close(), this.sweeperLock.close()]);
+      await this.pool.end();
+    })();
+    return this.closing;
+  }
+
+  // ---- submit -----------------------------------------------------------------------------
+
+  async insertJob(params: InsertJobParams): Promise<InsertResult> {
+    const client = params.tx === undefined ? undefined : transactionClient(params.tx);
+    const [result] = await this.insertMany([params.job], params.maxBacklog, client);
+    return result as InsertResult;
+  }
+
+  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; tx?: SqlTransaction }): Promise<InsertResult[]> {
+    const client = params.tx === undefined ? undefined : transactionClient(params.tx);
+    if (params.jobs.length === 0) return [];
+    return this.insertMany(params.jobs, params.maxBacklog, client);
+  }
+
+  private async insertMany(jobs: NewJob[], maxBacklog: number | undefined, client: Client | undefined): Promise<InsertResult[]> {
+    if (jobs.some((j) => j.idempotencyKey !== null)) {
+      return client ? this.insertKeyed(jobs, maxBacklog, client) : this.inTransaction((c) => this.insertKeyed(jobs, maxBacklog, c));
+    }
+    // No idempotency keys: one statement inserts the jobs that fit under the backlog limit.
+    const json = JSON.stringify(jobs.map((j, i) => jobJson(j, i + 1)));
+    const rows =
+      maxBacklog === undefined
+        ? await this.rows('insert', this.sql.insert, [json], client)
+        : await this.rows('insert_backlog', this.sql.insertWithBacklog, [json, Math.max(0, Math.floor(maxBacklog))], client);
+    return jobs.map((job, i) => (i < rows.length ? { kind: 'created', job: createdRecord(job) } : { kind: 'full', backlog: maxBacklog ?? 0 }));
+  }
+
+  /**
+   * Jobs with idempotency keys, inside a transaction (ours or the caller's): keys already
+   * stored answer existing/conflict, the rest is inserted in one statement, and a key that a
+   * concurrent transaction inserted first (ON CONFLICT DO NOTHING) is read back and answered
+   * as existing/conflict too.
+   */
+  private async insertKeyed(jobs: NewJob[], maxBacklog: number | undefined, client: Client): Promise<InsertResult[]> {
+    const keyOf = (tenant: string, key: string) => `${tenant}\u0000${key}`;
+    const keyed = jobs.filter((j) => j.idempotencyKey !== null);
+    const readKeys = async (list: NewJob[]) => {
+      const found = new Map<string, { job: JobRecord; hash: string | null }>();
+      if (list.length === 0) return found;
+      const rows = await this.rows('by_keys', this.sql.byKeys, [list.map((j) => j.tenant), list.map((j) => j.idempotencyKey as string)], client);
+      for (const r of rows) {
+        const job = rowToJob(r);
+        found.set(keyOf(job.tenant, job.idempotencyKey as string), { job, hash: (r[JOB_WIDTH] as string | null) ?? null });
+      }
+      return found;
+    };
+    const stored = await readKeys(keyed);
+    let backlog = 0;
+    if (maxBacklog !== undefined) {
+      const [row] = await this.rows('backlog', this.sql.backlog, [Math.max(0, Math.floor(maxBacklog))], client);
+      backlog = Number(row?.[0] ?? 0);
+    }
+    const results: (InsertResult | null)[] = jobs.map(() => null);
+    const planned = new Set<string>(); // keys of the jobs planned for insert
+    const duplicates: number[] = []; // jobs whose key an earlier job of the batch is inserting
+    const toInsert: number[] = [];
+    const answer = (job: NewJob, existing: { job: JobRecord; hash: string | null }): InsertResult => ({
+      kind: existing.hash === job.requestHash ? 'existing' : 'conflict',
+      job: existing.job,
+    });
+    jobs.forEach((job, i) => {
+      const k = job.idempotencyKey === null ? null : keyOf(job.tenant, job.idempotencyKey);
+      if (k !== null) {
+        const existing = stored.get(k);
+        if (existing) {
+          results[i] = answer(job, existing);
+          return;
+        }
+        if (planned.has(k)) {
+          duplicates.push(i);
+          return;
+        }
+      }
+      if (maxBacklog !== undefined && backlog >= maxBacklog) {
+        results[i] = { kind: 'full', backlog: maxBacklog };
+        return;
+      }
+      backlog++;
+      toInsert.push(i);
+      if (k !== null) planned.add(k);
+    });
+    // Who owns each planned key once the insert is done: our job, or a concurrent winner's.
+    const owners = new Map<string, { job: JobRecord; hash: string | null }>();
+    if (toInsert.length > 0) {
+      const json = JSON.stringify(toInsert.map((i) => jobJson(jobs[i] as NewJob, i + 1)));
+      const rows = await this.rows('insert', this.sql.insert, [json], client);
+      const inserted = new Set(rows.map((r) => r[0] as string));
+      const lost: NewJob[] = [];
+      for (const i of toInsert) {
+        const job = jobs[i] as NewJob;
+        if (!inserted.has(job.id)) {
+          lost.push(job);
+          continue;
+        }
+        const record = createdRecord(job);
+        results[i] = { kind: 'created', job: record };
+        if (job.idempotencyKey !== null) owners.set(keyOf(job.tenant, job.idempotencyKey), { job: record, hash: job.requestHash });
+      }
+      if (lost.length > 0) {
+        // Another transaction inserted these keys since we looked: answer with its job.
+        const winners = await readKeys(lost);
+        for (const job of lost) {
+          const k = keyOf(job.tenant, job.idempotencyKey as string);
+          const winner = winners.get(k);
+          if (!winner) throw new Error(`idempotency key "${job.idempotencyKey}" is being used by a concurrent transaction; retry the submission`);
+          owners.set(k, winner);
+          results[jobs.indexOf(job)] = answer(job, winner);
+        }
+      }
+    }
+    for (const i of duplicates) {
+      const job = jobs[i] as NewJob;
+      results[i] = answer(job, owners.get(keyOf(job.tenant, job.idempotencyKey as string)) as { job: JobRecord; hash: string | null });
+    }
+    return results as InsertResult[];
+  }
+
+  // ---- reads ------------------------------------------------------------------------------
+
+  async getJob(params: GetJobParams): Promise<JobRecord | null> {
+    if (!isUuid(params.id)) return null;
+    const [row] = await this.rows('get', this.sql.getJob, [params.id]);
+    if (!row) return null;
+    const job = rowToJob(row);
+    return params.tenant !== undefined && job.tenant !== params.tenant ? null : job;
+  }
+
+  async getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null> {
+    if (!isUuid(params.id)) return null;
+    const rows = await this.rows('transitions', this.sql.transitions, [params.id]);
+    const first = rows[0];
+    if (!first || (params.tenant !== undefined && first[0] !== params.tenant)) return null;
+    return rows.filter((r) => r[2] !== null).map((r) => rowToTransition(r, 1));
+  }
+
+  async listJobs(params: ListJobsParams): Promise<JobPage> {
+    const where: string[] = [];
+    const values: unknown[] = [];
+    let shape = 0;
+    const add = (bit: number, sql: (n: number) => string, value: unknown) => {
+      shape |= bit;
+      values.push(value);
+      where.push(sql(values.length));
+    };
+    if (params.tenant !== undefined) add(1, (n) => `j.tenant = $${n}`, params.tenant);
+    if (params.cursor) add(2, (n) => `j.id < $${n}::uuid`, decodeCursor(params.cursor));
+    if (params.states && params.states.length > 0) add(4, (n) => `j.state = ANY($${n}::text[])`, params.states);
+    if (params.type !== undefined) add(8, (n) => `j.type = $${n}`, params.type);
+    const limit = Math.max(1, Math.min(Math.floor(params.limit), 1000));
+    values.push(limit + 1);
+    const sql = `SELECT ${JOB_SELECT} ${this.sql.from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT $${values.length}`;
+    const rows = await this.rows(`list_${shape}`, sql, values);
+    const items = rows.slice(0, limit).map((r) => rowToJob(r));
+    const last = items[items.length - 1];
+    return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
+  }
+
+  async countByState(params: { tenant?: string }): Promise<Record<JobState, number>> {
+    const rows =
+      params.tenant === undefined
+        ? await this.rows('count_all', this.sql.countAll, [])
+        : await this.rows('count_tenant', this.sql.countTenant, [params.tenant]);
+    const out = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
+    for (const r of rows) out[r[0] as JobState] = Number(r[1]);
+    return out;
+  }
+
+  async activity(params: ActivityParams): Promise<Activity> {
+    const s = this.s;
+    const tenant = params.tenant === undefined ? '' : 'AND tenant = $3';
+    const extra = params.tenant === undefined ? [] : [params.tenant];
+    // Ids are UUIDv7, ordered by creation time: the primary key answers "created since".
+    const [counts] = await this.rows(
+      `activity_counts_${params.tenant === undefined ? 'all' : 'tenant'}`,
+      `SELECT (SELECT count(*)::integer FROM ${s}.jobs WHERE id >= $1::uuid ${tenant}),
+              (SELECT count(*)::integer FROM ${s}.jobs WHERE finished_at >= $2 ${tenant})`,
+      [uuidv7Floor(params.since), params.since, ...extra],
+    );
+    const durations = await this.rows(
+      `activity_durations_${params.tenant === undefined ? 'all' : 'tenant'}`,
+      `SELECT type, finished_at - started_at FROM ${s}.jobs
+       WHERE finished_at >= $1 AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired') ${tenant}
+       ORDER BY finished_at DESC LIMIT $2`,
+      [params.durationsSince, params.limit, ...extra],
+    );
+    return {
+      submitted: Number(counts?.[0] ?? 0),
+      finished: Number(counts?.[1] ?? 0),
+      durations: durations.map((r) => ({ type: r[0] as string, ms: Number(r[1]) })),
+    };
+  }
+
+  // ---- claims and transitions ---------------------------------------------------------------
+
+  async claimJobs(params: ClaimParams): Promise<JobRecord[]> {
+    if (params.limit <= 0 || params.types.length === 0) return [];
+    return (await this.cycle([], params)).jobs;
+  }
+
+  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+    for (const p of params.complete) checkTransition(p);
+    return this.cycle(params.complete, params.claim);
+  }
+
+  private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+    const applied = complete.map(() => false);
+    const { json, rounds } = encodeTransitions(complete);
+    const limit = claim.types.length > 0 ? Math.max(0, Math.floor(claim.limit)) : 0;
+    if (rounds === 0 && limit === 0) return { applied, jobs: [] };
+    const { names, limits } = claimTypes(claim.types);
+    const rows = await this.rows('cycle', this.sql.cycle, [json, rounds, claim.workerId, names, limits, limit, claim.now]);
+    const jobs: JobRecord[] = [];
+    for (const r of rows) {
+      if (r[0] !== null) applied[Number(r[0]) - 1] = true;
+      else jobs.push(rowToJob(r, 1));
+    }
+    return { applied, jobs };
+  }
+
+  async transition(params: { items: TransitionParams[] }): Promise<boolean[]> {
+    for (const p of params.items) checkTransition(p);
+    const applied = params.items.map(() => false);
+    const { json, rounds } = encodeTransitions(params.items);
+    if (rounds === 0) return applied;
+    const [row] = await this.rows('apply', this.sql.apply, [json, rounds]);
+    for (const o of (row?.[0] as number[] | null) ?? []) applied[o - 1] = true;
+    return applied;
+  }
+
+  async promoteDue(params: { now: number; limit: number }): Promise<number> {
+    const [row] = await this.rows('promote', this.sql.promote, [params.now, Math.max(1, Math.floor(params.limit))]);
+    return Number(row?.[0] ?? 0);
+  }
+
+  // ---- lease-holder writes --------------------------------------------------------------------
+
+  async heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]> {
+    if (params.items.length === 0) return [];
+    const refs = [...new Map(params.items.filter((i) => isUuid(i.id)).map((i) => [leaseKey(i.id, i.lease), i])).values()].sort((a, b) =>
+      a.id < b.id ? -1 : a.id > b.id ? 1 : 0,
+    );
+    const held = new Map<string, { cancelRequested: boolean; cancelReason: string | null }>();
+    if (refs.length > 0) {
+      const rows = await this.rows('heartbeat', this.sql.heartbeat, [refs.map((r) => r.id), refs.map((r) => r.lease), params.now]);
+      for (const r of rows) held.set(leaseKey(r[0] as string, Number(r[1])), { cancelRequested: r[2] === true, cancelReason: (r[3] as string | null) ?? null });
+    }
+    return params.items.map((ref) => {
+      const h = held.get(leaseKey(ref.id, ref.lease));
+      return h ? { id: ref.id, ok: true, ...h } : { id: ref.id, ok: false, cancelRequested: false, cancelReason: null };
+    });
+  }
+
+  async leaseStatus(params: { items: LeaseRef[] }): Promise<HeartbeatResult[]> {
+    if (params.items.length === 0) return [];
+    const ids = [...new Set(params.items.map((i) => i.id).filter(isUuid))];
+    const byId = new Map<string, unknown[]>();
+    if (ids.length > 0) for (const r of await this.rows('lease_status', this.sql.leaseStatus, [ids])) byId.set(r[0] as string, r);
+    return params.items.map((ref) => {
+      const r = byId.get(ref.id);
+      const ok = r !== undefined && r[2] === 'running' && Number(r[1]) === ref.lease;
+      return { id: ref.id, ok, cancelRequested: ok && r[3] === true, cancelReason: ok ? ((r[4] as string | null) ?? null) : null };
+    });
+  }
+
+  async saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean> {
+    if (!isUuid(params.id)) return false;
+    const [row] = await this.rows('progress', this.sql.progress, [params.id, params.lease, JSON.stringify(params.progress), params.now]);
+    return Number(row?.[0] ?? 0) === 1;
+  }
+
+  async saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean> {
+    if (!isUuid(params.id)) return false;
+    const res = await this.pool.query({
+      name: 'lh_checkpoint',
+      text: this.sql.checkpoint,
+      values: [params.id, params.lease, JSON.stringify({ version: params.checkpoint.version, data: params.checkpoint.data })],
+    });
+    return res.rowCount === 1;
+  }
+
+  // ---- sweeper --------------------------------------------------------------------------------
+
+  async sweepCandidates(params: SweepParams): Promise<JobRecord[]> {
+    const values: unknown[] = [params.now, Math.max(0, Math.floor(params.limit))];
+    if (params.kind === 'drained') values.push(params.drainMs ?? 0);
+    const rows = await this.rows(`sweep_${params.kind}`, this.sql.sweep[params.kind], values);
+    return rows.map((r) => rowToJob(r));
+  }
+
+  /**
+   * Sweeper election: true while this store's process holds the cluster-wide sweeper lock
+   * (a session advisory lock on a dedicated connection), otherwise one non-blocking try.
+   * The lock is released by close(), or by PostgreSQL when this process's session ends.
+   */
+  tryAcquireSweeperLock(): Promise<boolean> {
+    return this.sweeperLock.tryAcquire();
+  }
+
+  async pollChanges(): Promise<boolean> {
+    return this.listener.take();
+  }
+
+  /** The LISTEN connection's state (tests, health checks). */
+  get listenState(): { connected: boolean; backendPid: number | null } {
+    return { connected: this.listener.connected, backendPid: this.listener.backendPid };
+  }
+}

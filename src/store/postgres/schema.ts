@@ -1,0 +1,282 @@
+/**
+ * PostgreSQL schema, as numbered migrations. Everything lives in one schema of its own
+ * (`longhaul` by default), so Longhaul shares a database with the application that uses it
+ * (transactional enqueue needs that) without touching the application's tables.
+ *
+ * The applied versions are rows of `<schema>.migrations`. `migrate()` runs every pending
+ * migration in one transaction under a transaction-level advisory lock, so several processes
+ * on several machines may migrate at once: one applies, the others wait and find nothing to do.
+ *
+ * Released migrations never change; a change of schema or of a function is a new migration.
+ * In the SQL below `{s}` is the quoted schema, `{ch}` the wake-up channel (see channelName).
+ */
+
+/** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
+export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
+
+/** The LISTEN/NOTIFY channel that says "jobs may be claimable": payloads are always empty. */
+export function channelName(schema: string): string {
+  return `${schema}_wake`;
+}
+
+/** The migration texts with the schema and channel filled in. */
+export function renderMigrations(schema: string): string[] {
+  if (!SCHEMA_NAME.test(schema)) throw new Error(`invalid PostgreSQL schema name "${schema}": use lower-case letters, digits and _ (at most 40)`);
+  return MIGRATIONS.map((sql) => sql.replaceAll('{s}', `"${schema}"`).replaceAll('{ch}', channelName(schema)).replaceAll('{name}', schema));
+}
+
+export const MIGRATIONS: readonly string[] = [
+  // 1: jobs, their transition log, progress; the claim and transition functions.
+  `
+  CREATE TABLE {s}.jobs (
+    id uuid PRIMARY KEY,
+    tenant text NOT NULL,
+    type text NOT NULL,
+    state text NOT NULL CHECK (state IN ('pending', 'queued', 'running', 'retrying', 'waiting', 'succeeded', 'failed', 'cancelled', 'expired')),
+    priority smallint NOT NULL,
+    input json,
+    metadata json,
+    result json,
+    error json,
+    attempts integer NOT NULL DEFAULT 0,
+    max_attempts integer NOT NULL,
+    lease integer NOT NULL DEFAULT 0,
+    worker_id text,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    cancel_reason text,
+    cancel_requested_at bigint,
+    stalled boolean NOT NULL DEFAULT false,
+    parent_id text,
+    created_at bigint NOT NULL,
+    started_at bigint,
+    finished_at bigint,
+    updated_at bigint NOT NULL,
+    run_at bigint NOT NULL,
+    expires_at bigint,
+    heartbeat_at bigint,
+    timeout_ms bigint,
+    heartbeat_timeout_ms bigint NOT NULL,
+    stall_timeout_ms bigint,
+    result_ttl_ms bigint NOT NULL,
+    checkpoint json,
+    idempotency_key text,
+    request_hash text,
+    -- Entries in the transition log: the next entry's number, so the log needs no sequence.
+    log_length integer NOT NULL DEFAULT 1
+  ) WITH (fillfactor = 85, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+  -- Partial indexes: a job entering a state adds an entry only to the index of that state.
+  CREATE INDEX jobs_queued ON {s}.jobs (type, priority, run_at, id) WHERE state = 'queued';
+  CREATE INDEX jobs_due ON {s}.jobs (run_at) WHERE state IN ('pending', 'retrying');
+  CREATE INDEX jobs_running ON {s}.jobs (type) WHERE state = 'running';
+  CREATE INDEX jobs_expiring ON {s}.jobs (expires_at) WHERE state = 'succeeded';
+  CREATE INDEX jobs_tenant ON {s}.jobs (tenant, id);
+  CREATE INDEX jobs_finished ON {s}.jobs (finished_at) WHERE finished_at IS NOT NULL;
+  CREATE UNIQUE INDEX jobs_idempotency ON {s}.jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+  -- One row per applied transition, appended in the same statement as the change itself.
+  CREATE TABLE {s}.transitions (
+    job_id uuid NOT NULL,
+    n integer NOT NULL,
+    from_state text,
+    to_state text NOT NULL,
+    at bigint NOT NULL,
+    reason text NOT NULL,
+    attempt integer NOT NULL,
+    worker_id text,
+    PRIMARY KEY (job_id, n)
+  );
+
+  -- Progress is rewritten a few times a second per running job: keeping it out of the jobs row
+  -- keeps those writes from making new versions of job rows. UNLOGGED: no WAL; a crash of the
+  -- server empties it (jobs, their state and results are unaffected).
+  CREATE UNLOGGED TABLE {s}.progress (
+    job_id uuid PRIMARY KEY,
+    data json NOT NULL,
+    updated_at bigint NOT NULL
+  );
+
+  -- Moves due pending/retrying jobs to queued (earliest first, skipping rows another
+  -- transaction holds) and wakes idle workers when it moved any.
+  CREATE FUNCTION {s}.promote_due(p_now bigint, p_limit integer) RETURNS integer
+  LANGUAGE plpgsql AS $fn$
+  DECLARE
+    v_count integer;
+  BEGIN
+    WITH due AS (
+      SELECT j.id, j.state FROM {s}.jobs j
+      WHERE j.state IN ('pending', 'retrying') AND j.run_at <= p_now
+      ORDER BY j.run_at
+      LIMIT p_limit
+      FOR UPDATE SKIP LOCKED
+    ), moved AS (
+      UPDATE {s}.jobs j
+      SET state = 'queued',
+          log_length = j.log_length + 1,
+          updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
+      FROM due
+      WHERE j.id = due.id
+      RETURNING j.id, j.log_length, j.attempts, due.state AS from_state
+    )
+    INSERT INTO {s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
+    SELECT moved.id, moved.log_length, moved.from_state, 'queued', p_now, 'due', moved.attempts, NULL FROM moved;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+      PERFORM pg_notify('{ch}', '');
+    END IF;
+    RETURN v_count;
+  END
+  $fn$;
+
+  -- Compare-and-swap transitions. p_items is a JSON array of
+  --   {o: ordinal, r: round, id, f: from, t: to, l: lease?, q: cancel flag?, why, w: worker,
+  --    at, m: bit mask of patch fields, run_at, result, error, finished_at, expires_at,
+  --    cancel_reason, stalled}
+  -- Items of one round have distinct ids; a job named twice in a batch has its second item in
+  -- the next round, so items apply in order. Returns the ordinals that applied.
+  -- Mask bits: 1 run_at, 2 result, 4 error, 8 finished_at, 16 expires_at, 32 reset attempts,
+  -- 64 refund attempt, 128 clear checkpoint, 256 request cancel, 512 clear cancel, 1024 stalled.
+  CREATE FUNCTION {s}.apply_transitions(p_items json, p_rounds integer) RETURNS integer[]
+  LANGUAGE plpgsql AS $fn$
+  DECLARE
+    v_applied integer[] := '{}';
+    v_part integer[];
+    v_wake boolean;
+    v_any_wake boolean := false;
+  BEGIN
+    FOR v_round IN 1 .. p_rounds LOOP
+      WITH item AS (
+        SELECT * FROM json_to_recordset(p_items) AS x(
+          o integer, r integer, id uuid, f text, t text, l integer, q boolean, why text, w text, at bigint, m integer,
+          run_at bigint, result json, error json, finished_at bigint, expires_at bigint, cancel_reason text, stalled boolean)
+        WHERE x.r = v_round
+      ), moved AS (
+        UPDATE {s}.jobs j
+        SET state = i.t,
+            log_length = j.log_length + 1,
+            updated_at = greatest(i.at, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
+            run_at = CASE WHEN i.m & 1 <> 0 THEN i.run_at ELSE j.run_at END,
+            result = CASE WHEN i.m & 2 <> 0 THEN i.result ELSE j.result END,
+            error = CASE WHEN i.m & 4 <> 0 THEN i.error ELSE j.error END,
+            finished_at = CASE WHEN i.m & 8 <> 0 THEN i.finished_at ELSE j.finished_at END,
+            expires_at = CASE WHEN i.m & 16 <> 0 THEN i.expires_at ELSE j.expires_at END,
+            attempts = CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+            checkpoint = CASE WHEN i.m & 128 <> 0 THEN NULL ELSE j.checkpoint END,
+            cancel_requested = CASE WHEN i.m & 256 <> 0 THEN true WHEN i.m & 512 <> 0 THEN false ELSE j.cancel_requested END,
+            cancel_reason = CASE WHEN i.m & 256 <> 0 THEN i.cancel_reason WHEN i.m & 512 <> 0 THEN NULL ELSE j.cancel_reason END,
+            cancel_requested_at = CASE WHEN i.m & 256 <> 0 THEN i.at WHEN i.m & 512 <> 0 THEN NULL ELSE j.cancel_requested_at END,
+            stalled = CASE WHEN i.m & 1024 <> 0 THEN i.stalled ELSE j.stalled END
+        FROM item i
+        WHERE j.id = i.id AND j.state = i.f AND (i.l IS NULL OR j.lease = i.l) AND (i.q IS NULL OR j.cancel_requested = i.q)
+        RETURNING j.id, j.state AS to_state, j.log_length, j.attempts, j.run_at, i.o, i.f AS from_state, i.why, i.w, i.at
+      ), logged AS (
+        INSERT INTO {s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
+        SELECT moved.id, moved.log_length, moved.from_state, moved.to_state, moved.at, moved.why, moved.attempts, moved.w FROM moved
+      ), dropped AS (
+        DELETE FROM {s}.progress p USING moved WHERE p.job_id = moved.id AND moved.to_state = 'expired'
+      )
+      SELECT array_agg(moved.o), bool_or(moved.to_state = 'queued' OR (moved.to_state = 'retrying' AND moved.run_at <= moved.at))
+      INTO v_part, v_wake
+      FROM moved;
+      v_applied := v_applied || coalesce(v_part, '{}');
+      v_any_wake := v_any_wake OR coalesce(v_wake, false);
+    END LOOP;
+    IF v_any_wake THEN
+      PERFORM pg_notify('{ch}', '');
+    END IF;
+    RETURN v_applied;
+  END
+  $fn$;
+
+  -- A worker's cycle in one call (one round trip, one transaction): apply its completions, then
+  -- promote due jobs and claim up to p_limit queued jobs of p_types in queue order.
+  --
+  -- Per-type concurrency: for each limited type (p_limits[i] not null) the claim takes a
+  -- transaction-level advisory lock on that type, then counts its running jobs in a new
+  -- statement (so the count sees every claim committed before the lock was granted), and
+  -- claims at most the room left. Claims of one limited type are therefore serialised across
+  -- all workers, exactly; unlimited types take no lock and only skip each other's rows (SKIP
+  -- LOCKED). p_types must be sorted, so that locks are always taken in the same order.
+  --
+  -- Rows: first one row per applied completion (only \`applied\`, its ordinal, is set), then one
+  -- row per claimed job (\`applied\` is null).
+  CREATE FUNCTION {s}.complete_and_claim(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer, p_now bigint)
+  RETURNS TABLE (
+    applied integer, id uuid, tenant text, type text, state text, priority smallint, input text, metadata text, result text, error text,
+    attempts integer, max_attempts integer, lease integer, worker_id text, cancel_requested boolean, cancel_reason text,
+    cancel_requested_at bigint, stalled boolean, parent_id text, created_at bigint, started_at bigint, finished_at bigint,
+    updated_at bigint, run_at bigint, expires_at bigint, heartbeat_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
+    stall_timeout_ms bigint, result_ttl_ms bigint, checkpoint text, idempotency_key text, progress text)
+  LANGUAGE plpgsql AS $fn$
+  #variable_conflict use_column
+  DECLARE
+    v_done integer[];
+    v_rooms integer[] := '{}';
+    v_running integer;
+    v_types integer := coalesce(array_length(p_types, 1), 0);
+  BEGIN
+    -- Under a stricter default isolation every statement here would share one snapshot: the
+    -- running counts could miss claims committed while we waited for a type's lock.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+      RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
+    END IF;
+    IF p_rounds > 0 THEN
+      v_done := {s}.apply_transitions(p_items, p_rounds);
+      FOREACH applied IN ARRAY v_done LOOP
+        RETURN NEXT;
+      END LOOP;
+      applied := NULL;
+    END IF;
+    IF p_limit <= 0 OR v_types = 0 THEN
+      RETURN;
+    END IF;
+    PERFORM {s}.promote_due(p_now, 1000);
+    FOR v_i IN 1 .. v_types LOOP
+      IF p_limits[v_i] IS NULL THEN
+        v_rooms := v_rooms || p_limit;
+      ELSE
+        PERFORM pg_advisory_xact_lock(hashtext('{name}:type-limit'), hashtext(p_types[v_i]));
+        SELECT count(*) INTO v_running FROM {s}.jobs j WHERE j.state = 'running' AND j.type = p_types[v_i];
+        v_rooms := v_rooms || greatest(0, least(p_limit, p_limits[v_i] - v_running));
+      END IF;
+    END LOOP;
+    RETURN QUERY
+    WITH cand AS (
+      SELECT c.id FROM unnest(p_types, v_rooms) AS t(type, room)
+      CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at FROM {s}.jobs j
+        WHERE j.state = 'queued' AND j.type = t.type
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT t.room
+        FOR UPDATE SKIP LOCKED
+      ) c
+      ORDER BY c.priority, c.run_at, c.id
+      LIMIT p_limit
+    ), moved AS (
+      UPDATE {s}.jobs j
+      SET state = 'running',
+          lease = j.lease + 1,
+          attempts = j.attempts + 1,
+          worker_id = p_worker,
+          started_at = p_now,
+          heartbeat_at = p_now,
+          stalled = false,
+          log_length = j.log_length + 1,
+          updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
+      FROM cand
+      WHERE j.id = cand.id AND j.state = 'queued'
+      RETURNING j.*
+    ), logged AS (
+      INSERT INTO {s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
+      SELECT m.id, m.log_length, 'queued', 'running', p_now, 'claimed', m.attempts, p_worker FROM moved m
+    )
+    SELECT NULL::integer, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
+      m.attempts, m.max_attempts, m.lease, m.worker_id, m.cancel_requested, m.cancel_reason,
+      m.cancel_requested_at, m.stalled, m.parent_id, m.created_at, m.started_at, m.finished_at,
+      m.updated_at, m.run_at, m.expires_at, m.heartbeat_at, m.timeout_ms, m.heartbeat_timeout_ms,
+      m.stall_timeout_ms, m.result_ttl_ms, m.checkpoint::text, m.idempotency_key, p.data::text
+    FROM moved m LEFT JOIN {s}.progress p ON p.job_id = m.id
+    ORDER BY m.priority, m.run_at, m.id;
+  END
+  $fn$;
+  `,
+];
