@@ -5,9 +5,12 @@
  * (bus-driven watch and cancel).
  */
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, it } from 'node:test';
+import { Worker as Thread } from 'node:worker_threads';
 import pino from 'pino';
 import { defineTask, type JobSnapshot, Longhaul, type OpenOptions, type Task } from '../src/index.js';
 import type { Store } from '../src/store/store.js';
@@ -279,6 +282,165 @@ describe('sweeper, in process', () => {
         assert.equal(done.attempts, 1);
         assert.equal((await logOf(lh, id)).at(-1), 'running>cancelled:cancelled (heartbeat lost)');
       }
+    });
+  });
+});
+
+describe('worker runtime, edge cases', () => {
+  it('a timeoutMs beyond 2^31-1 ms (24.8 days) does not fire at once, nor does a drainMs that long', async () => {
+    // Node runs a setTimeout longer than 2^31-1 ms after 1 ms.
+    const slow = defineTask({
+      type: 'ip.long-timeout',
+      timeoutMs: 2 ** 31 + 60_000,
+      async run(_input, ctx) {
+        await sleep(150);
+        return { aborted: ctx.signal.aborted };
+      },
+    });
+    await withLonghaul([slow], {}, async (lh) => {
+      const worker = await lh.startWorker({ concurrency: 2 });
+      const job = await lh.submit('ip.long-timeout', {});
+      const done = await settled(lh, job.id);
+      assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+      assert.deepEqual(done.result, { aborted: false });
+
+      const second = await lh.submit('ip.long-timeout', {}, { timeoutMs: 2 ** 32 });
+      await waitFor(async () => (await lh.get(second.id))?.status === 'running', 'the second job to start');
+      await worker.stop({ drainMs: 2 ** 31 + 1 }); // waits for the job, not for 1 ms
+      const after = await lh.get(second.id);
+      assert.equal(after?.status, 'succeeded', `${after?.status}: ${(await logOf(lh, second.id)).join(' | ')}`);
+    });
+  });
+
+  it("a claim that waited for another connection's write lock starts its lease when it got the lock", async () => {
+    const quick = defineTask({ type: 'ip.locked', async run() {
+      return null;
+    } });
+    await withLonghaul([quick], {}, async (lh) => {
+      const job = await lh.submit('ip.locked', {});
+      const path = (lh.store as Store & { options: { path: string } }).options.path;
+      // Another connection (a thread here, a process in production) holds the write lock for 400 ms.
+      const holder = new Thread(
+        `const { parentPort, workerData } = require('node:worker_threads');
+         const db = new (require(workerData.driver))(workerData.path);
+         db.prepare('BEGIN IMMEDIATE').run();
+         parentPort.postMessage('locked');
+         Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 400);
+         const releasedAt = Date.now();
+         db.prepare('COMMIT').run();
+         db.close();
+         parentPort.postMessage(releasedAt);`,
+        { eval: true, execArgv: [], workerData: { path, driver: createRequire(import.meta.url).resolve('better-sqlite3') } },
+      );
+      const exited = once(holder, 'exit'); // listen now: the thread may be gone before the job settles
+      const messages: unknown[] = [];
+      holder.on('message', (m) => messages.push(m));
+      await waitFor(() => messages.includes('locked'), 'the other connection to take the lock');
+      await lh.startWorker({ concurrency: 1, sweeper: false });
+      const done = await settled(lh, job.id);
+      await exited;
+      const releasedAt = messages.find((m) => typeof m === 'number') as number;
+      assert.equal(done.status, 'succeeded');
+      const startedAt = Date.parse(done.startedAt as string);
+      assert.ok(startedAt >= releasedAt, `started ${releasedAt - startedAt} ms before the lock was released`);
+    });
+  });
+
+  it('stop() ends a job with a pending cancel request as cancelled, not handed back to the queue', async () => {
+    const started: string[] = [];
+    const deaf = defineTask({
+      type: 'ip.deaf',
+      maxAttempts: 3,
+      async run(_input, ctx) {
+        started.push(ctx.job.id);
+        await sleep(3000); // ignores its signal
+        return 'late';
+      },
+    });
+    await withLonghaul([deaf], { heartbeatTimeoutMs: 60_000, cancelDrainMs: 60_000 }, async (lh) => {
+      const worker = await lh.startWorker({ concurrency: 2, cancelPollMs: 60_000, sweeper: false });
+      const local = await lh.submit('ip.deaf', {});
+      const remote = await lh.submit('ip.deaf', {});
+      await waitFor(() => started.length === 2, 'both jobs to start');
+      // Cancelled through this process: the handler's signal fired, and it ignored it.
+      assert.equal((await lh.cancel(local.id)).cancelRequested, true);
+      // Cancelled by another process: recorded in the store, not yet seen by this worker (no cancel poll before the stop).
+      const record = await lh.store.getJob({ id: remote.id });
+      const [requested] = await lh.store.transition({
+        items: [
+          {
+            id: remote.id,
+            from: 'running',
+            to: 'running',
+            lease: record?.lease as number,
+            cancelRequested: false,
+            reason: 'cancel requested by user',
+            at: Date.now(),
+            patch: { cancelRequest: { reason: 'user' } },
+          },
+        ],
+      });
+      assert.equal(requested, true);
+      await worker.stop({ drainMs: 100 });
+      for (const id of [local.id, remote.id]) {
+        const snap = await lh.get(id);
+        const log = await logOf(lh, id);
+        assert.equal(snap?.status, 'cancelled', `${id}: ${log.join(' | ')}`);
+        assert.equal(snap?.error?.code, 'CANCELLED');
+        assert.equal(log.at(-1), 'running>cancelled:cancelled (worker stopping)');
+      }
+      assert.equal(worker.stats.cancelled, 2);
+      assert.equal(worker.stats.handedBack, 0);
+    });
+  });
+
+  it('a type at its concurrency limit holds back neither the other types nor the worker (no busy loop)', async () => {
+    const gate = deferred();
+    let limitedRunning = 0;
+    let limitedPeak = 0;
+    const limited = defineTask({
+      type: 'ip.limited',
+      concurrency: 1,
+      async run() {
+        limitedRunning++;
+        limitedPeak = Math.max(limitedPeak, limitedRunning);
+        await gate.promise;
+        limitedRunning--;
+        return 'limited';
+      },
+    });
+    const free = defineTask({
+      type: 'ip.free',
+      async run() {
+        return 'free';
+      },
+    });
+    await withLonghaul([limited, free], {}, async (lh) => {
+      // The limited type's jobs come first in the queue.
+      const limitedJobs = [];
+      for (let i = 0; i < 3; i++) limitedJobs.push(await lh.submit('ip.limited', {}));
+      const freeJobs = [];
+      for (let i = 0; i < 6; i++) freeJobs.push(await lh.submit('ip.free', {}));
+      const store = lh.store as Store;
+      const original = store.completeAndClaim.bind(store);
+      let calls = 0;
+      store.completeAndClaim = async (params) => {
+        calls++;
+        return original(params);
+      };
+      const worker = await lh.startWorker({ concurrency: 4, pollIntervalMs: 10 });
+      for (const j of freeJobs) assert.equal((await settled(lh, j.id)).status, 'succeeded');
+      const counts = (await lh.stats()).counts;
+      assert.equal(counts.running, 1, 'one job of the limited type runs');
+      assert.equal(counts.queued, 2, 'the other two wait for it');
+      // Free slots and queued jobs of a type at its limit: the worker must sit still, not spin.
+      const before = calls;
+      await sleep(500);
+      assert.ok(calls - before <= 3, `${calls - before} claim attempts in 500 ms while nothing could be claimed`);
+      gate.resolve();
+      for (const j of limitedJobs) assert.equal((await settled(lh, j.id)).status, 'succeeded');
+      assert.equal(limitedPeak, 1);
+      assert.equal(worker.stats.succeeded, 9);
     });
   });
 });

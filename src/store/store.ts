@@ -88,7 +88,11 @@ export interface ClaimParams {
   /** Task types this worker runs; `concurrency` caps running jobs of that type across all workers. */
   types: ReadonlyArray<{ type: string; concurrency?: number | undefined }>;
   limit: number;
-  now: number;
+  /**
+   * The claim time (lease start). Stores read it once, inside their write transaction, so a
+   * caller may pass a getter: a claim that first waited for a lock then starts when it ran.
+   */
+  readonly now: number;
 }
 
 /** What a transition may change besides the state. Undefined fields stay as they are. */

@@ -18,6 +18,7 @@ import type { JobBus } from '../channel/bus.js';
 import type { Store, TransitionParams } from '../store/store.js';
 import type { Task, TaskContext } from '../tasks/define.js';
 import { abortKindOf, JobAbortedError, LeaseLostError } from './abort.js';
+import { type LongTimer, longTimeout, sleepLong } from './long-timer.js';
 import { ProgressReporter } from './progress-reporter.js';
 
 export interface WorkerDefaults {
@@ -65,7 +66,7 @@ interface Active {
   /** Made on the first progress report: most jobs' contexts never need one. */
   reporter: ProgressReporter | null;
   nextHeartbeatAt: number;
-  timeoutTimer: NodeJS.Timeout | null;
+  timeoutTimer: LongTimer | null;
   /** Set once the job's outcome is queued for writing (or it was handed back). */
   settled: boolean;
 }
@@ -201,9 +202,19 @@ export class Worker {
           this.wanted = false;
           this.lastClaimAt = this.clock();
         }
+        const clock = this.clock;
         const { applied, jobs } = await this.store.completeAndClaim({
           complete: batch.map((o) => o.params),
-          claim: { workerId: this.id, types: this.claimTypes, limit: claim ? free : 0, now: this.clock() },
+          // A getter: the store reads it inside its transaction, after any wait for the write
+          // lock, so a lease never starts before the claim was actually made.
+          claim: {
+            workerId: this.id,
+            types: this.claimTypes,
+            limit: claim ? free : 0,
+            get now() {
+              return clock();
+            },
+          },
         });
         unwritten = [];
         this.afterOutcomes(batch, applied);
@@ -274,8 +285,7 @@ export class Worker {
     this.emitChanged(job, 'queued', 'running', 'claimed');
     if (job.timeoutMs !== null) {
       const elapsed = this.clock() - (job.startedAt ?? this.clock());
-      active.timeoutTimer = setTimeout(() => void this.requestTimeout(active), Math.max(0, job.timeoutMs - elapsed));
-      active.timeoutTimer.unref?.();
+      active.timeoutTimer = longTimeout(() => void this.requestTimeout(active), Math.max(0, job.timeoutMs - elapsed));
     }
     if (job.cancelRequested) this.abort(active, job.cancelReason === 'timeout' ? 'timeout' : 'cancelled');
     void this.execute(active);
@@ -291,7 +301,7 @@ export class Worker {
     } catch (error) {
       outcome = { ok: false, error };
     }
-    if (active.timeoutTimer) clearTimeout(active.timeoutTimer);
+    active.timeoutTimer?.cancel();
     if (active.settled) return; // handed back at shutdown: the transition is already written
     const kind = abortKindOf(controller.signal);
     if (active.reporter) await active.reporter.close(kind !== 'lease-lost');
@@ -325,16 +335,8 @@ export class Worker {
         params: { ...base, to: 'succeeded', reason: 'completed', patch: { result, error: null, finishedAt: now, expiresAt: now + ttl, clearCheckpoint: true } },
       };
     }
-    if (kind === 'cancelled' || kind === 'timeout') {
-      const error: JobError =
-        kind === 'timeout'
-          ? { message: `timed out after ${job.timeoutMs} ms`, code: 'TIMEOUT', retryable: false }
-          : { message: 'cancelled', code: 'CANCELLED', retryable: false };
-      return { active, kind: 'cancelled', params: { ...base, to: 'cancelled', reason: kind, patch: { error, finishedAt: now } } };
-    }
-    if (kind === 'shutdown') {
-      return { active, kind: 'handedBack', params: { ...base, to: 'retrying', reason: 'shutdown', patch: { runAt: now, refundAttempt: true } } };
-    }
+    if (kind === 'cancelled' || kind === 'timeout') return this.cancelledOutcome(active, kind, kind, now);
+    if (kind === 'shutdown') return this.handBack(active, now);
     const decision = decideAfterFailure(classifyError(outcome.error), job.attempts, job.maxAttempts, task.backoff, now);
     if (decision.to === 'failed') {
       return {
@@ -511,29 +513,21 @@ export class Worker {
     this.stopping = true;
     const drainMs = options.drainMs ?? 10_000;
     if (this.active.size > 0 || this.outcomes.length > 0 || this.pumping) {
-      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), new Promise((r) => setTimeout(r, drainMs).unref?.())]);
+      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), sleepLong(drainMs)]);
     }
     const leftovers = [...this.active.values()].filter((a) => !a.settled);
     if (leftovers.length > 0) {
+      // A job whose cancel was requested (here, or by another process and not yet seen) ends
+      // cancelled: handing it back would run it again although its user asked it to stop.
+      const requested = await this.cancelRequests(leftovers);
       const now = this.clock();
-      for (const a of leftovers) {
+      for (const [i, a] of leftovers.entries()) {
+        const seen = abortKindOf(a.controller.signal);
+        const cancel = seen === 'cancelled' || seen === 'timeout' ? seen : requested[i];
         a.settled = true;
         this.abort(a, 'shutdown');
         await a.reporter?.close(true);
-        this.outcomes.push({
-          active: a,
-          kind: 'handedBack',
-          params: {
-            id: a.job.id,
-            from: 'running',
-            to: 'retrying',
-            lease: a.job.lease,
-            workerId: this.id,
-            at: now,
-            reason: 'shutdown',
-            patch: { runAt: now, refundAttempt: true },
-          },
-        });
+        this.outcomes.push(cancel ? this.cancelledOutcome(a, cancel, `${cancel} (worker stopping)`, now) : this.handBack(a, now));
       }
     }
     while (this.pumping) await new Promise((r) => setTimeout(r, 5));
@@ -549,6 +543,33 @@ export class Worker {
       this.unsubscribe = [];
       this.active.clear();
     }
+  }
+
+  /** For each job, the cancel kind recorded in the store, if any (null when none, or unknown). */
+  private async cancelRequests(list: Active[]): Promise<('cancelled' | 'timeout' | null)[]> {
+    try {
+      const status = await this.store.leaseStatus({ items: list.map((a) => ({ id: a.job.id, lease: a.job.lease })) });
+      return status.map((r) => (r.ok && r.cancelRequested ? (r.cancelReason === 'timeout' ? 'timeout' : 'cancelled') : null));
+    } catch (err) {
+      // Hand the jobs back rather than not at all: the sweeper still honours a recorded cancel.
+      this.log.error({ err }, 'could not read cancel requests at shutdown');
+      return list.map(() => null);
+    }
+  }
+
+  private handBack(a: Active, now: number): Outcome {
+    const base = { id: a.job.id, from: 'running' as const, lease: a.job.lease, workerId: this.id, at: now };
+    return { active: a, kind: 'handedBack', params: { ...base, to: 'retrying', reason: 'shutdown', patch: { runAt: now, refundAttempt: true } } };
+  }
+
+  private cancelledOutcome(a: Active, kind: 'cancelled' | 'timeout', reason: string, now: number): Outcome {
+    const { job } = a;
+    const error: JobError =
+      kind === 'timeout'
+        ? { message: `timed out after ${job.timeoutMs} ms`, code: 'TIMEOUT', retryable: false }
+        : { message: 'cancelled', code: 'CANCELLED', retryable: false };
+    const base = { id: job.id, from: 'running' as const, lease: job.lease, workerId: this.id, at: now };
+    return { active: a, kind: 'cancelled', params: { ...base, to: 'cancelled', reason, patch: { error, finishedAt: now } } };
   }
 
   /** Resolves when nothing is running or waiting to be written (tests, benchmarks). */
