@@ -8,13 +8,16 @@
  * Several processes may share one file: every write is an IMMEDIATE transaction (one writer
  * at a time, waiting up to busyTimeoutMs), so claims and per-type concurrency limits are
  * exact across processes.
+ *
+ * The worker's cycle (completeAndClaim) is the hot path: positional parameters throughout
+ * (sql.ts), one UPDATE ... RETURNING per claimed type, rows read as one JSON array each
+ * (rows.ts), and WAL checkpoints on a helper thread (checkpointer.ts).
  */
 import Database from 'better-sqlite3';
-import type { JobError } from '../../core/errors.js';
 import { uuidv7Floor } from '../../core/ids.js';
-import { type Checkpoint, type JobRecord, priorityName, priorityRank, type TransitionEntry } from '../../core/job.js';
+import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
-import { assertTransition, JOB_STATES, type JobState } from '../../core/states.js';
+import { JOB_STATES, type JobState } from '../../core/states.js';
 import type {
   Activity,
   ActivityParams,
@@ -24,7 +27,6 @@ import type {
   InsertJobParams,
   InsertResult,
   JobPage,
-  JobPatch,
   LeaseRef,
   ListJobsParams,
   NewJob,
@@ -32,125 +34,28 @@ import type {
   SweepParams,
   TransitionParams,
 } from '../store.js';
+import { WalCheckpointer } from './checkpointer.js';
+import { jobFromJson, jobJson, queueOrder } from './rows.js';
 import { MIGRATIONS } from './schema.js';
+import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
+import { checkTransition, Transitions } from './transitions.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
   path: string;
   busyTimeoutMs?: number;
   synchronous?: 'normal' | 'full';
+  /**
+   * 'background' (default for files): WAL checkpoints run on a helper thread, see
+   * checkpointer.ts. 'inline': SQLite's automatic checkpoints inside commits.
+   */
+  checkpoints?: 'background' | 'inline';
 }
 
-/** Job rows are read in raw (array) mode: building a 33-property object per row costs twice the query. */
-const COLUMNS = [
-  'id',
-  'tenant',
-  'type',
-  'state',
-  'priority',
-  'input',
-  'metadata',
-  'result',
-  'error',
-  'attempts',
-  'max_attempts',
-  'lease',
-  'worker_id',
-  'cancel_requested',
-  'cancel_reason',
-  'cancel_requested_at',
-  'stalled',
-  'parent_id',
-  'created_at',
-  'started_at',
-  'finished_at',
-  'updated_at',
-  'run_at',
-  'expires_at',
-  'heartbeat_at',
-  'timeout_ms',
-  'heartbeat_timeout_ms',
-  'stall_timeout_ms',
-  'result_ttl_ms',
-  'checkpoint',
-  'idempotency_key',
-  'request_hash',
-] as const;
-const C = Object.fromEntries(COLUMNS.map((c, i) => [c, i])) as Record<(typeof COLUMNS)[number], number>;
-const PROGRESS = COLUMNS.length;
-const JOB_COLUMNS = `${COLUMNS.map((c) => `j.${c}`).join(', ')}, (SELECT p.data FROM job_progress p WHERE p.job_id = j.id) AS progress`;
-
-/**
- * A job's visible change sequence (SSE ids) is max(updated_at, progress time): every write
- * moves updated_at strictly past both, so two changes of one job never share a sequence.
- */
-const NEXT_UPDATED_AT = 'max(@at, updated_at + 1, coalesce((SELECT p.updated_at FROM job_progress p WHERE p.job_id = jobs.id), 0) + 1)';
-
-/** Appends one entry to the JSON array in `log` by string surgery (json_insert would re-parse the whole log). */
-function logEntrySql(from: string, to: string, attempt: string, reason: string, worker: string): string {
-  return `substr(log, 1, length(log) - 1) || CASE WHEN log = '[]' THEN '' ELSE ',' END
-    || json_object('from', ${from}, 'to', ${to}, 'at', @at, 'reason', ${reason}, 'attempt', ${attempt}, 'workerId', ${worker}) || ']'`;
-}
+const JOB_ROW = jobJson('j');
 
 function json(value: unknown): string | null {
   return value === undefined || value === null ? null : JSON.stringify(value);
-}
-
-function parseJson<T>(text: unknown, fallback: T): T {
-  if (typeof text !== 'string') return fallback;
-  return JSON.parse(text) as T;
-}
-
-function parseCheckpoint(text: unknown): Checkpoint | null {
-  if (typeof text !== 'string') return null;
-  try {
-    const value = JSON.parse(text) as { version?: unknown; data?: unknown };
-    if (typeof value !== 'object' || value === null || typeof value.version !== 'number') return { version: Number.NaN, data: null, corrupt: true };
-    return { version: value.version, data: value.data };
-  } catch {
-    return { version: Number.NaN, data: null, corrupt: true };
-  }
-}
-
-function num(v: unknown): number | null {
-  return v === null || v === undefined ? null : Number(v);
-}
-
-export function rowToJob(r: unknown[]): JobRecord {
-  return {
-    id: r[C.id] as string,
-    tenant: r[C.tenant] as string,
-    type: r[C.type] as string,
-    state: r[C.state] as JobState,
-    priority: priorityName(Number(r[C.priority])),
-    input: parseJson(r[C.input], null),
-    metadata: parseJson(r[C.metadata], null),
-    result: parseJson(r[C.result], null),
-    error: parseJson<JobError | null>(r[C.error], null),
-    attempts: Number(r[C.attempts]),
-    maxAttempts: Number(r[C.max_attempts]),
-    lease: Number(r[C.lease]),
-    workerId: (r[C.worker_id] as string | null) ?? null,
-    cancelRequested: Number(r[C.cancel_requested]) === 1,
-    cancelReason: (r[C.cancel_reason] as string | null) ?? null,
-    cancelRequestedAt: num(r[C.cancel_requested_at]),
-    stalled: Number(r[C.stalled]) === 1,
-    parentId: (r[C.parent_id] as string | null) ?? null,
-    createdAt: Number(r[C.created_at]),
-    startedAt: num(r[C.started_at]),
-    finishedAt: num(r[C.finished_at]),
-    updatedAt: Number(r[C.updated_at]),
-    runAt: Number(r[C.run_at]),
-    expiresAt: num(r[C.expires_at]),
-    heartbeatAt: num(r[C.heartbeat_at]),
-    timeoutMs: num(r[C.timeout_ms]),
-    heartbeatTimeoutMs: Number(r[C.heartbeat_timeout_ms]),
-    stallTimeoutMs: num(r[C.stall_timeout_ms]),
-    resultTtlMs: Number(r[C.result_ttl_ms]),
-    checkpoint: parseCheckpoint(r[C.checkpoint]),
-    idempotencyKey: (r[C.idempotency_key] as string | null) ?? null,
-    progress: parseJson<Progress>(r[PROGRESS], EMPTY_PROGRESS),
-  };
 }
 
 function encodeCursor(id: string): string {
@@ -163,25 +68,93 @@ function decodeCursor(cursor: string): string {
   return id;
 }
 
+/** What a claim statement binds. */
+interface ClaimArgs {
+  worker: string;
+  at: number;
+  type: string;
+  ids: string;
+}
+
+const CLAIM_SET = `state = 'running', lease = lease + 1, attempts = attempts + 1, worker_id = @worker,
+  started_at = @at, heartbeat_at = @at, updated_at = ${NEXT_UPDATED_AT}, stalled = 0,
+  log = ${logEntrySql("'queued'", "'running'", 'attempts + 1', "'claimed'", '@worker')}`;
+
+const CLAIM_PARAMS = {
+  worker: (a: ClaimArgs) => a.worker,
+  at: (a: ClaimArgs) => a.at,
+  type: (a: ClaimArgs) => a.type,
+  ids: (a: ClaimArgs) => a.ids,
+};
+
+const INSERT_PARAMS = {
+  id: (j: NewJob) => j.id,
+  tenant: (j: NewJob) => j.tenant,
+  type: (j: NewJob) => j.type,
+  state: (j: NewJob) => j.state,
+  priority: (j: NewJob) => priorityRank(j.priority),
+  input: (j: NewJob) => json(j.input),
+  metadata: (j: NewJob) => json(j.metadata),
+  maxAttempts: (j: NewJob) => j.maxAttempts,
+  runAt: (j: NewJob) => j.runAt,
+  createdAt: (j: NewJob) => j.createdAt,
+  timeoutMs: (j: NewJob) => j.timeoutMs,
+  heartbeatTimeoutMs: (j: NewJob) => j.heartbeatTimeoutMs,
+  stallTimeoutMs: (j: NewJob) => j.stallTimeoutMs,
+  resultTtlMs: (j: NewJob) => j.resultTtlMs,
+  parentId: (j: NewJob) => j.parentId,
+  idempotencyKey: (j: NewJob) => j.idempotencyKey,
+  requestHash: (j: NewJob) => j.requestHash,
+  log: (j: NewJob) => JSON.stringify([{ from: null, to: j.state, at: j.createdAt, reason: 'submitted', attempt: 0, workerId: null }]),
+};
+
+interface HotStatements {
+  insert: Compiled<NewJob>;
+  claimIds: Compiled<ClaimArgs>;
+  running: Database.Statement;
+  promote: Compiled<{ id: string; at: number }>;
+}
+
+// LIMIT takes literals, with one statement per value: with a bound LIMIT, SQLite (built with
+// STAT4, as better-sqlite3 is) re-prepares the statement on every run to plan for the value.
+
 export class SqliteStore implements Store {
   readonly dialect = 'sqlite' as const;
   readonly db: Database.Database;
   private readonly statements = new Map<string, Database.Statement>();
   private readonly jobStatements = new Map<string, Database.Statement>();
-  private readonly transitionStatements = new Map<string, Database.Statement>();
+  private readonly transitions: Transitions;
+  private readonly checkpointer: WalCheckpointer | null;
+  private readonly beginStmt: Database.Statement;
+  private readonly commitStmt: Database.Statement;
+  private readonly rollbackStmt: Database.Statement;
+  private prepared: HotStatements | null = null;
+  private readonly claimByLimit = new Map<number, Compiled<ClaimArgs>>();
+  private readonly candidatesByLimit = new Map<number, Database.Statement>();
   private lastDataVersion = -1;
 
   constructor(readonly options: SqliteStoreOptions) {
     this.db = new Database(options.path);
+    const file = options.path !== ':memory:';
     this.db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
-    if (options.path !== ':memory:') this.db.pragma('journal_mode = WAL');
+    if (file) this.db.pragma('journal_mode = WAL');
     this.db.pragma(`synchronous = ${options.synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
     this.db.pragma('foreign_keys = ON');
-    // A 64 MiB page cache and memory-mapped reads: without them every statement pays read() syscalls.
-    this.db.pragma('cache_size = -65536');
+    // Reads go through the memory map. The page cache stays at SQLite's default 2 MiB: every
+    // commit walks the cache's hash table (pcache1TruncateUnsafe), so a 64 MiB cache made each
+    // commit several times slower once the file outgrew a few MiB.
+    this.db.pragma('cache_size = -2000');
     this.db.pragma('mmap_size = 268435456');
     this.db.pragma('temp_store = MEMORY');
-    this.tx = this.db.transaction((fn: () => unknown) => fn());
+    // After a burst, a WAL that grew is cut back to this size when it restarts.
+    this.db.pragma('journal_size_limit = 67108864');
+    this.checkpointer = file && options.checkpoints !== 'inline' ? new WalCheckpointer(this.db, options.path) : null;
+    // With the checkpointer, SQLite's own automatic checkpoint is only a backstop.
+    if (this.checkpointer) this.db.pragma('wal_autocheckpoint = 16384');
+    this.beginStmt = this.db.prepare('BEGIN IMMEDIATE');
+    this.commitStmt = this.db.prepare('COMMIT');
+    this.rollbackStmt = this.db.prepare('ROLLBACK');
+    this.transitions = new Transitions(this.db);
   }
 
   /** A cached prepared statement; SQL shapes that vary are cached per shape. */
@@ -194,21 +167,64 @@ export class SqliteStore implements Store {
     return s;
   }
 
-  /** One wrapper made once: db.transaction() compiles a new function on every call. */
-  private readonly tx: Database.Transaction<(fn: () => unknown) => unknown>;
-
-  /** A cached statement returning job rows as arrays (see COLUMNS). */
+  /** A cached statement returning job rows, one JSON text each (see rows.ts). */
   private jobStmt(sql: string): Database.Statement {
     let st = this.jobStatements.get(sql);
     if (!st) {
-      st = this.db.prepare(sql).raw(true);
+      st = this.db.prepare(sql).pluck(true);
       this.jobStatements.set(sql, st);
     }
     return st;
   }
 
-  private write<T>(fn: () => T): T {
-    return this.tx.immediate(fn) as T;
+  /** The hot statements, prepared on first use (the tables exist only after migrate). */
+  private get hot(): HotStatements {
+    if (this.prepared) return this.prepared;
+    const db = this.db;
+    this.prepared = {
+      insert: compile(
+        db,
+        `INSERT INTO jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
+         VALUES (@id, @tenant, @type, @state, @priority, @input, @metadata, @maxAttempts, @runAt, @createdAt, @createdAt,
+          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @log)`,
+        INSERT_PARAMS,
+      ),
+      claimIds: compile(
+        db,
+        `UPDATE jobs SET ${CLAIM_SET} WHERE id IN (SELECT value FROM json_each(@ids)) AND state = 'queued' RETURNING ${jobJson('jobs')}`,
+        CLAIM_PARAMS,
+      ),
+      running: db.prepare("SELECT count(*) FROM jobs WHERE state = 'running' AND type = ?").pluck(true),
+      promote: compile(
+        db,
+        `UPDATE jobs SET state = 'queued', updated_at = ${NEXT_UPDATED_AT}, log = ${logEntrySql('state', "'queued'", 'attempts', "'due'", 'NULL')}
+         WHERE id = @id AND state IN ('pending', 'retrying')`,
+        { id: (a: { id: string; at: number }) => a.id, at: (a: { id: string; at: number }) => a.at },
+      ),
+    };
+    this.prepared.claimIds.stmt.pluck(true);
+    return this.prepared;
+  }
+
+  /**
+   * One IMMEDIATE transaction. `rows` (about how many rows it writes) paces the background
+   * checkpoints. Time-dependent writes read their `now` inside `fn`, after BEGIN has waited for
+   * any other connection's write lock (up to busyTimeoutMs): a caller may pass it as a getter
+   * (the worker does) so that a claim made after a long wait does not start in the past.
+   */
+  private write<T>(fn: () => T, rows = 1): T {
+    this.beginStmt.run();
+    let out: T;
+    try {
+      out = fn();
+      this.commitStmt.run();
+    } catch (err) {
+      if (this.db.inTransaction) this.rollbackStmt.run();
+      throw err;
+    }
+    this.checkpointer?.afterCommit(rows);
+    return out;
   }
 
   async migrate(): Promise<void> {
@@ -232,6 +248,7 @@ export class SqliteStore implements Store {
   }
 
   async close(): Promise<void> {
+    await this.checkpointer?.close();
     if (this.db.open) this.db.close();
   }
 
@@ -239,66 +256,58 @@ export class SqliteStore implements Store {
 
   private insertOne(job: NewJob, maxBacklog: number | undefined): InsertResult {
     if (job.idempotencyKey !== null) {
-      const existing = this.jobStmt(`SELECT ${JOB_COLUMNS} FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(job.tenant, job.idempotencyKey) as
-        | unknown[]
-        | undefined;
+      const existing = this.stmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`)
+        .raw(true)
+        .get(job.tenant, job.idempotencyKey) as [string, string | null] | undefined;
       if (existing) {
-        return { kind: existing[C.request_hash] === job.requestHash ? 'existing' : 'conflict', job: rowToJob(existing) };
+        return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: jobFromJson(existing[0]) };
       }
     }
     if (maxBacklog !== undefined) {
-      const backlog = this.stmt("SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE state IN ('pending', 'queued', 'retrying') LIMIT ?)").get(maxBacklog) as {
+      const cap = Math.max(0, Math.ceil(maxBacklog));
+      const backlog = this.stmt(`SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE state IN ('pending', 'queued', 'retrying') LIMIT ${cap})`).get() as {
         n: number;
       };
       if (backlog.n >= maxBacklog) return { kind: 'full', backlog: backlog.n };
     }
-    const log = JSON.stringify([{ from: null, to: job.state, at: job.createdAt, reason: 'submitted', attempt: 0, workerId: null }]);
-    this.stmt(
-      `INSERT INTO jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-        timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
-       VALUES (@id, @tenant, @type, @state, @priority, @input, @metadata, @maxAttempts, @runAt, @createdAt, @createdAt,
-        @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @log)`,
-    ).run({
-      id: job.id,
-      tenant: job.tenant,
-      type: job.type,
-      state: job.state,
-      priority: priorityRank(job.priority),
-      input: json(job.input),
-      metadata: json(job.metadata),
-      maxAttempts: job.maxAttempts,
-      runAt: job.runAt,
-      createdAt: job.createdAt,
-      timeoutMs: job.timeoutMs,
-      heartbeatTimeoutMs: job.heartbeatTimeoutMs,
-      stallTimeoutMs: job.stallTimeoutMs,
-      resultTtlMs: job.resultTtlMs,
-      parentId: job.parentId,
-      idempotencyKey: job.idempotencyKey,
-      requestHash: job.requestHash,
-      log,
-    });
-    // The record as getJob reads it: NewJob's requestHash is stored but not part of a JobRecord.
-    const { requestHash: _requestHash, ...fields } = job;
+    const insert = this.hot.insert;
+    insert.stmt.run(...insert.args(job));
+    // The record as getJob reads it (NewJob's requestHash is stored, but not part of a JobRecord).
+    // Written out: a spread of `job` plus the other fields cost more than the INSERT.
     return {
       kind: 'created',
       job: {
-        ...fields,
+        id: job.id,
+        tenant: job.tenant,
+        type: job.type,
+        state: job.state,
+        priority: job.priority,
+        input: job.input,
+        metadata: job.metadata,
         result: null,
         error: null,
         attempts: 0,
+        maxAttempts: job.maxAttempts,
         lease: 0,
         workerId: null,
         cancelRequested: false,
         cancelReason: null,
         cancelRequestedAt: null,
         stalled: false,
+        parentId: job.parentId,
+        createdAt: job.createdAt,
         startedAt: null,
         finishedAt: null,
         updatedAt: job.createdAt,
+        runAt: job.runAt,
         expiresAt: null,
         heartbeatAt: null,
+        timeoutMs: job.timeoutMs,
+        heartbeatTimeoutMs: job.heartbeatTimeoutMs,
+        stallTimeoutMs: job.stallTimeoutMs,
+        resultTtlMs: job.resultTtlMs,
         checkpoint: null,
+        idempotencyKey: job.idempotencyKey,
         progress: EMPTY_PROGRESS,
       },
     };
@@ -309,15 +318,19 @@ export class SqliteStore implements Store {
   }
 
   async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number }): Promise<InsertResult[]> {
-    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog)));
+    return this.write(
+      () => params.jobs.map((job) => this.insertOne(job, params.maxBacklog)),
+      params.jobs.length,
+    );
   }
 
   // ---- reads --------------------------------------------------------------------------
 
   async getJob(params: GetJobParams): Promise<JobRecord | null> {
-    const row = this.jobStmt(`SELECT ${JOB_COLUMNS} FROM jobs j WHERE j.id = ?`).get(params.id) as unknown[] | undefined;
-    if (!row || (params.tenant !== undefined && row[C.tenant] !== params.tenant)) return null;
-    return rowToJob(row);
+    const row = this.jobStmt(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`).get(params.id) as string | undefined;
+    if (row === undefined) return null;
+    const job = jobFromJson(row);
+    return params.tenant !== undefined && job.tenant !== params.tenant ? null : job;
   }
 
   async getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null> {
@@ -346,9 +359,9 @@ export class SqliteStore implements Store {
       args.push(params.type);
     }
     const limit = Math.max(1, Math.min(params.limit, 1000));
-    const sql = `SELECT ${JOB_COLUMNS} FROM jobs j ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT ?`;
-    const rows = this.jobStmt(sql).all(...args, limit + 1) as unknown[][];
-    const items = rows.slice(0, limit).map(rowToJob);
+    const sql = `SELECT ${JOB_ROW} FROM jobs j ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT ?`;
+    const rows = this.jobStmt(sql).all(...args, limit + 1) as string[];
+    const items = rows.slice(0, limit).map(jobFromJson);
     const last = items[items.length - 1];
     return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
   }
@@ -380,21 +393,14 @@ export class SqliteStore implements Store {
 
   // ---- claims -------------------------------------------------------------------------
 
-  // SQLite plans `LIMIT ?` inside these statements far worse than a literal limit (≈70 µs
-  // against ≈4 µs per call here), so limits are literals and statements are cached per limit.
-
   private promoteDueSync(now: number, limit: number): number {
+    const { promote } = this.hot;
     const n = Math.max(1, Math.floor(limit));
-    const due = this.stmt(`SELECT id FROM jobs WHERE state IN ('pending', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ${n}`)
-      .pluck()
+    const ids = this.stmt(`SELECT id FROM jobs WHERE state IN ('pending', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ${n}`)
+      .pluck(true)
       .all(now) as string[];
-    if (due.length === 0) return 0;
-    const update = this.stmt(
-      `UPDATE jobs SET state = 'queued', updated_at = ${NEXT_UPDATED_AT}, log = ${logEntrySql('state', "'queued'", 'attempts', "'due'", 'NULL')}
-       WHERE id = @id AND state IN ('pending', 'retrying')`,
-    );
     let changed = 0;
-    for (const id of due) changed += update.run({ id, at: now }).changes;
+    for (const id of ids) changed += promote.stmt.run(...promote.args({ id, at: now })).changes;
     return changed;
   }
 
@@ -402,170 +408,121 @@ export class SqliteStore implements Store {
     return this.write(() => this.promoteDueSync(params.now, params.limit));
   }
 
-  /**
-   * Inside one write transaction: promote due jobs, pick candidates per type in queue order
-   * (each walks its index, no sort), honour per-type concurrency by counting running jobs of
-   * limited types, then claim each chosen job with a fenced update that returns its row.
-   */
   async claimJobs(params: ClaimParams): Promise<JobRecord[]> {
     if (params.limit <= 0 || params.types.length === 0) return [];
-    return this.write(() => this.claimSync(params));
+    return this.write(() => this.claimSync(params), params.limit);
   }
 
   async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
-    for (const p of params.complete) SqliteStore.checkTransition(p);
-    return this.write(() => ({
-      applied: params.complete.map((p) => this.transitionSync(p)),
-      jobs: params.claim.limit > 0 && params.claim.types.length > 0 ? this.claimSync(params.claim) : [],
-    }));
+    const { complete, claim } = params;
+    for (const p of complete) checkTransition(p);
+    const claiming = claim.limit > 0 && claim.types.length > 0;
+    if (complete.length === 0 && !claiming) return { applied: [], jobs: [] };
+    return this.write(() => {
+      const applied = new Array<boolean>(complete.length);
+      for (let i = 0; i < complete.length; i++) applied[i] = this.transitions.apply(complete[i] as TransitionParams);
+      return { applied, jobs: claiming ? this.claimSync(claim) : [] };
+    }, complete.length + claim.limit);
   }
 
   /**
-   * Inside the caller's write transaction: promote due jobs, read candidate rows per type in
-   * queue order (each walks its index: no sort), honour per-type concurrency by counting the
-   * running jobs of limited types, then claim each chosen job with a fenced update.
+   * Inside the caller's write transaction: promote due jobs, then claim up to `limit` queued
+   * jobs in queue order, at most `concurrency - running` of each limited type (running counts
+   * every worker's jobs). One type: one UPDATE whose sub-select walks that type's queue index.
+   * Several: each type's first candidates (index only), merged in queue order, then one UPDATE.
+   * `params.now` is read once, here, inside the transaction (see write).
    */
   private claimSync(params: ClaimParams): JobRecord[] {
-    this.promoteDueSync(params.now, 1000);
-    let candidates: unknown[][] = [];
-    for (const t of params.types) {
-      let room = params.limit;
-      if (t.concurrency !== undefined && t.concurrency > 0) {
-        const running = this.stmt("SELECT count(*) FROM jobs WHERE state = 'running' AND type = ?").pluck().get(t.type) as number;
-        room = Math.min(room, t.concurrency - running);
+    const hot = this.hot;
+    const now = params.now;
+    this.promoteDueSync(now, 1000);
+    const limit = Math.floor(params.limit);
+    let rows: string[];
+    if (params.types.length === 1) {
+      const t = params.types[0] as ClaimParams['types'][number];
+      const room = this.room(t, limit);
+      if (room <= 0) return [];
+      const claim = this.claimType(room);
+      rows = claim.stmt.all(...claim.args({ worker: params.workerId, at: now, type: t.type, ids: '' })) as string[];
+    } else {
+      const candidates: [number, number, string][] = [];
+      for (const t of params.types) {
+        const room = this.room(t, limit);
+        if (room > 0) for (const c of this.candidates(room).all(t.type) as [number, number, string][]) candidates.push(c);
       }
-      if (room <= 0) continue;
-      const rows = this.jobStmt(`SELECT ${JOB_COLUMNS} FROM jobs j WHERE j.state = 'queued' AND j.type = ? ORDER BY j.priority, j.run_at, j.id LIMIT ${room}`).all(
-        t.type,
-      ) as unknown[][];
-      candidates = candidates.length === 0 ? rows : candidates.concat(rows);
+      if (candidates.length === 0) return [];
+      candidates.sort((a, b) => a[0] - b[0] || a[1] - b[1] || (a[2] < b[2] ? -1 : a[2] > b[2] ? 1 : 0));
+      const ids = JSON.stringify(candidates.slice(0, limit).map((c) => c[2]));
+      rows = hot.claimIds.stmt.all(...hot.claimIds.args({ worker: params.workerId, at: now, type: '', ids })) as string[];
     }
-    if (candidates.length === 0) return [];
-    if (params.types.length > 1) {
-      candidates.sort(
-        (a, b) =>
-          (a[C.priority] as number) - (b[C.priority] as number) || (a[C.run_at] as number) - (b[C.run_at] as number) || ((a[C.id] as string) < (b[C.id] as string) ? -1 : 1),
-      );
-    }
-    const claim = this.stmt(
-      `UPDATE jobs SET state = 'running', lease = lease + 1, attempts = attempts + 1, worker_id = @worker,
-         started_at = @at, heartbeat_at = @at, updated_at = ${NEXT_UPDATED_AT}, stalled = 0,
-         log = ${logEntrySql("'queued'", "'running'", 'attempts + 1', "'claimed'", '@worker')}
-       WHERE id = @id AND state = 'queued'`,
-    );
-    const jobs: JobRecord[] = [];
-    const n = Math.min(params.limit, candidates.length);
-    for (let i = 0; i < n; i++) {
-      const row = candidates[i] as unknown[];
-      if (claim.run({ id: row[C.id], worker: params.workerId, at: params.now }).changes !== 1) continue;
-      const job = rowToJob(row);
-      // The row was read just before the update in the same transaction: apply the update's effects.
-      job.state = 'running';
-      job.lease += 1;
-      job.attempts += 1;
-      job.workerId = params.workerId;
-      job.startedAt = params.now;
-      job.heartbeatAt = params.now;
-      job.updatedAt = Math.max(params.now, job.updatedAt + 1);
-      job.stalled = false;
-      jobs.push(job);
-    }
+    const jobs = new Array<JobRecord>(rows.length);
+    for (let i = 0; i < rows.length; i++) jobs[i] = jobFromJson(rows[i] as string);
+    // RETURNING yields rows in no promised order.
+    if (jobs.length > 1) jobs.sort(queueOrder);
     return jobs;
+  }
+
+  /** One type's claim of up to `limit` jobs: the sub-select walks the type's queue index; RETURNING gives the rows as written. */
+  private claimType(limit: number): Compiled<ClaimArgs> {
+    let c = this.claimByLimit.get(limit);
+    if (!c) {
+      c = compile(
+        this.db,
+        `UPDATE jobs SET ${CLAIM_SET}
+         WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND type = @type ORDER BY priority, run_at, id LIMIT ${limit})
+         RETURNING ${jobJson('jobs')}`,
+        CLAIM_PARAMS,
+      );
+      c.stmt.pluck(true);
+      this.claimByLimit.set(limit, c);
+    }
+    return c;
+  }
+
+  /** A type's first `limit` candidates in queue order, from its queue index alone. */
+  private candidates(limit: number): Database.Statement {
+    let st = this.candidatesByLimit.get(limit);
+    if (!st) {
+      st = this.db.prepare(`SELECT priority, run_at, id FROM jobs WHERE state = 'queued' AND type = ? ORDER BY priority, run_at, id LIMIT ${limit}`).raw(true);
+      this.candidatesByLimit.set(limit, st);
+    }
+    return st;
+  }
+
+  /** How many jobs of type `t` one claim may take: its limit less the running ones (every worker's). */
+  private room(t: ClaimParams['types'][number], limit: number): number {
+    if (t.concurrency === undefined || t.concurrency <= 0) return limit;
+    return Math.min(limit, t.concurrency - (this.hot.running.get(t.type) as number));
   }
 
   // ---- transitions --------------------------------------------------------------------
 
-  /** The statement for a transition's shape (which patch fields and expectations it has), built once per shape. */
-  private transitionStatement(p: TransitionParams): Database.Statement {
-    const patch: JobPatch = p.patch ?? {};
-    const shape =
-      (patch.runAt !== undefined ? 'r' : '') +
-      (patch.result !== undefined ? 'R' : '') +
-      (patch.error !== undefined ? 'e' : '') +
-      (patch.finishedAt !== undefined ? 'f' : '') +
-      (patch.expiresAt !== undefined ? 'x' : '') +
-      (patch.resetAttempts ? 'A' : patch.refundAttempt ? 'a' : '') +
-      (patch.clearCheckpoint ? 'c' : '') +
-      (patch.cancelRequest ? 'C' : patch.cancelRequest === false ? 'n' : '') +
-      (patch.stalled !== undefined ? 's' : '') +
-      (p.lease !== undefined ? 'L' : '') +
-      (p.cancelRequested !== undefined ? 'q' : '');
-    let st = this.transitionStatements.get(shape);
-    if (st) return st;
-    const sets = ['state = @to', `updated_at = ${NEXT_UPDATED_AT}`];
-    let attempt = 'attempts';
-    if (patch.runAt !== undefined) sets.push('run_at = @runAt');
-    if (patch.result !== undefined) sets.push('result = @result');
-    if (patch.error !== undefined) sets.push('error = @error');
-    if (patch.finishedAt !== undefined) sets.push('finished_at = @finishedAt');
-    if (patch.expiresAt !== undefined) sets.push('expires_at = @expiresAt');
-    if (patch.resetAttempts) {
-      sets.push('attempts = 0');
-      attempt = '0';
-    } else if (patch.refundAttempt) {
-      sets.push('attempts = max(attempts - 1, 0)');
-      attempt = 'max(attempts - 1, 0)';
-    }
-    if (patch.clearCheckpoint) sets.push('checkpoint = NULL');
-    if (patch.cancelRequest) sets.push('cancel_requested = 1', 'cancel_reason = @cancelReason', 'cancel_requested_at = @at');
-    else if (patch.cancelRequest === false) sets.push('cancel_requested = 0', 'cancel_reason = NULL', 'cancel_requested_at = NULL');
-    if (patch.stalled !== undefined) sets.push('stalled = @stalled');
-    sets.push(`log = ${logEntrySql('@from', '@to', attempt, '@reason', '@worker')}`);
-    const where = ['id = @id', 'state = @from'];
-    if (p.lease !== undefined) where.push('lease = @lease');
-    if (p.cancelRequested !== undefined) where.push('cancel_requested = @expectCancel');
-    st = this.db.prepare(`UPDATE jobs SET ${sets.join(', ')} WHERE ${where.join(' AND ')}`);
-    this.transitionStatements.set(shape, st);
-    return st;
-  }
-
-  private static transitionArgs(p: TransitionParams): Record<string, unknown> {
-    const patch: JobPatch = p.patch ?? {};
-    const args: Record<string, unknown> = { id: p.id, from: p.from, to: p.to, at: p.at, reason: p.reason, worker: p.workerId ?? null };
-    if (patch.runAt !== undefined) args.runAt = patch.runAt;
-    if (patch.result !== undefined) args.result = json(patch.result);
-    if (patch.error !== undefined) args.error = json(patch.error);
-    if (patch.finishedAt !== undefined) args.finishedAt = patch.finishedAt;
-    if (patch.expiresAt !== undefined) args.expiresAt = patch.expiresAt;
-    if (patch.cancelRequest) args.cancelReason = patch.cancelRequest.reason;
-    if (patch.stalled !== undefined) args.stalled = patch.stalled ? 1 : 0;
-    if (p.lease !== undefined) args.lease = p.lease;
-    if (p.cancelRequested !== undefined) args.expectCancel = p.cancelRequested ? 1 : 0;
-    return args;
-  }
-
-  private static checkTransition(p: TransitionParams): void {
-    assertTransition(p.from, p.to);
-    if (p.to === 'running' && p.from !== 'running') throw new Error('a job enters running only through claimJobs');
-  }
-
+  /** One checked transition inside the caller's write transaction (bench/store-split.ts drives it directly). */
   private transitionSync(p: TransitionParams): boolean {
-    const applied = this.transitionStatement(p).run(SqliteStore.transitionArgs(p)).changes === 1;
-    if (applied && p.to === 'expired') this.stmt('DELETE FROM job_progress WHERE job_id = ?').run(p.id);
-    return applied;
+    return this.transitions.apply(p);
   }
 
   async transition(params: { items: TransitionParams[] }): Promise<boolean[]> {
-    for (const p of params.items) SqliteStore.checkTransition(p);
+    for (const p of params.items) checkTransition(p);
     if (params.items.length === 0) return [];
-    return this.write(() => params.items.map((p) => this.transitionSync(p)));
+    return this.write(() => params.items.map((p) => this.transitionSync(p)), params.items.length);
   }
-
 
   // ---- lease-holder writes ------------------------------------------------------------
 
   async heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]> {
     if (params.items.length === 0) return [];
-    return this.write(() =>
-      params.items.map((ref) => {
+    return this.write(() => {
+      const now = params.now;
+      return params.items.map((ref) => {
         const row = this.stmt(
           "UPDATE jobs SET heartbeat_at = ? WHERE id = ? AND lease = ? AND state = 'running' RETURNING cancel_requested, cancel_reason",
-        ).get(params.now, ref.id, ref.lease) as { cancel_requested: number; cancel_reason: string | null } | undefined;
+        ).get(now, ref.id, ref.lease) as { cancel_requested: number; cancel_reason: string | null } | undefined;
         return row
           ? { id: ref.id, ok: true, cancelRequested: row.cancel_requested === 1, cancelReason: row.cancel_reason }
           : { id: ref.id, ok: false, cancelRequested: false, cancelReason: null };
-      }),
-    );
+      });
+    }, params.items.length);
   }
 
   async leaseStatus(params: { items: LeaseRef[] }): Promise<HeartbeatResult[]> {
@@ -622,12 +579,12 @@ export class SqliteStore implements Store {
         AND max(coalesce((SELECT p.updated_at FROM job_progress p WHERE p.job_id = j.id), 0), j.started_at) + j.stall_timeout_ms < @now`,
       expired: "j.state = 'succeeded' AND j.expires_at IS NOT NULL AND j.expires_at < @now",
     };
-    const rows = this.jobStmt(`SELECT ${JOB_COLUMNS} FROM jobs j WHERE ${conditions[params.kind]} LIMIT @limit`).all({
+    const rows = this.jobStmt(`SELECT ${JOB_ROW} FROM jobs j WHERE ${conditions[params.kind]} LIMIT @limit`).all({
       now: params.now,
       limit: params.limit,
       drain: params.drainMs ?? 0,
-    }) as unknown[][];
-    return rows.map(rowToJob);
+    }) as string[];
+    return rows.map(jobFromJson);
   }
 
   async pollChanges(): Promise<boolean> {

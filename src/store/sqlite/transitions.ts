@@ -1,0 +1,119 @@
+/**
+ * Compare-and-swap transitions: one UPDATE per shape of TransitionParams (which patch fields
+ * and expectations it carries), compiled once per shape and cached by a bit mask.
+ */
+import type Database from 'better-sqlite3';
+import { assertTransition } from '../../core/states.js';
+import type { TransitionParams } from '../store.js';
+import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
+
+const RUN_AT = 1;
+const RESULT = 2;
+const ERROR = 4;
+const FINISHED_AT = 8;
+const EXPIRES_AT = 16;
+const RESET_ATTEMPTS = 32;
+const REFUND_ATTEMPT = 64;
+const CLEAR_CHECKPOINT = 128;
+const CANCEL_SET = 256;
+const CANCEL_CLEAR = 512;
+const STALLED = 1024;
+const EXPECT_LEASE = 2048;
+const EXPECT_CANCEL = 4096;
+
+function shapeOf(p: TransitionParams): number {
+  let shape = (p.lease !== undefined ? EXPECT_LEASE : 0) | (p.cancelRequested !== undefined ? EXPECT_CANCEL : 0);
+  const patch = p.patch;
+  if (patch === undefined) return shape;
+  if (patch.runAt !== undefined) shape |= RUN_AT;
+  if (patch.result !== undefined) shape |= RESULT;
+  if (patch.error !== undefined) shape |= ERROR;
+  if (patch.finishedAt !== undefined) shape |= FINISHED_AT;
+  if (patch.expiresAt !== undefined) shape |= EXPIRES_AT;
+  if (patch.resetAttempts) shape |= RESET_ATTEMPTS;
+  else if (patch.refundAttempt) shape |= REFUND_ATTEMPT;
+  if (patch.clearCheckpoint) shape |= CLEAR_CHECKPOINT;
+  if (patch.cancelRequest) shape |= CANCEL_SET;
+  else if (patch.cancelRequest === false) shape |= CANCEL_CLEAR;
+  if (patch.stalled !== undefined) shape |= STALLED;
+  return shape;
+}
+
+function json(value: unknown): string | null {
+  return value === undefined || value === null ? null : JSON.stringify(value);
+}
+
+/** Every parameter a transition statement may use; a shape's statement binds only those it names. */
+const PARAMS: Readonly<Record<string, (p: TransitionParams) => unknown>> = {
+  id: (p) => p.id,
+  from: (p) => p.from,
+  to: (p) => p.to,
+  at: (p) => p.at,
+  reason: (p) => p.reason,
+  worker: (p) => p.workerId ?? null,
+  runAt: (p) => p.patch?.runAt,
+  result: (p) => json(p.patch?.result),
+  error: (p) => json(p.patch?.error),
+  finishedAt: (p) => p.patch?.finishedAt ?? null,
+  expiresAt: (p) => p.patch?.expiresAt ?? null,
+  cancelReason: (p) => (p.patch?.cancelRequest ? p.patch.cancelRequest.reason : null),
+  stalled: (p) => (p.patch?.stalled ? 1 : 0),
+  lease: (p) => p.lease,
+  expectCancel: (p) => (p.cancelRequested ? 1 : 0),
+};
+
+function sqlOf(shape: number): string {
+  const sets = ['state = @to', `updated_at = ${NEXT_UPDATED_AT}`];
+  let attempt = 'attempts';
+  if (shape & RUN_AT) sets.push('run_at = @runAt');
+  if (shape & RESULT) sets.push('result = @result');
+  if (shape & ERROR) sets.push('error = @error');
+  if (shape & FINISHED_AT) sets.push('finished_at = @finishedAt');
+  if (shape & EXPIRES_AT) sets.push('expires_at = @expiresAt');
+  if (shape & RESET_ATTEMPTS) {
+    sets.push('attempts = 0');
+    attempt = '0';
+  } else if (shape & REFUND_ATTEMPT) {
+    sets.push('attempts = max(attempts - 1, 0)');
+    attempt = 'max(attempts - 1, 0)';
+  }
+  if (shape & CLEAR_CHECKPOINT) sets.push('checkpoint = NULL');
+  if (shape & CANCEL_SET) sets.push('cancel_requested = 1', 'cancel_reason = @cancelReason', 'cancel_requested_at = @at');
+  else if (shape & CANCEL_CLEAR) sets.push('cancel_requested = 0', 'cancel_reason = NULL', 'cancel_requested_at = NULL');
+  if (shape & STALLED) sets.push('stalled = @stalled');
+  sets.push(`log = ${logEntrySql('@from', '@to', attempt, '@reason', '@worker')}`);
+  const where = ['id = @id', 'state = @from'];
+  if (shape & EXPECT_LEASE) where.push('lease = @lease');
+  if (shape & EXPECT_CANCEL) where.push('cancel_requested = @expectCancel');
+  return `UPDATE jobs SET ${sets.join(', ')} WHERE ${where.join(' AND ')}`;
+}
+
+/** Refuses what core does not allow; stores call this for every item before writing any. */
+export function checkTransition(p: TransitionParams): void {
+  assertTransition(p.from, p.to);
+  if (p.to === 'running' && p.from !== 'running') throw new Error('a job enters running only through claimJobs');
+}
+
+export class Transitions {
+  private readonly byShape = new Map<number, Compiled<TransitionParams>>();
+  private dropProgress: Database.Statement | null = null;
+
+  /** Statements are prepared on first use: the tables exist only once the store migrated. */
+  constructor(private readonly db: Database.Database) {}
+
+  /** Applies one checked transition inside the caller's write transaction; false when the CAS lost. */
+  apply(p: TransitionParams): boolean {
+    const shape = shapeOf(p);
+    let compiled = this.byShape.get(shape);
+    if (!compiled) {
+      compiled = compile(this.db, sqlOf(shape), PARAMS);
+      this.byShape.set(shape, compiled);
+    }
+    const applied = compiled.stmt.run(...compiled.args(p)).changes === 1;
+    if (applied && p.to === 'expired') {
+      this.dropProgress ??= this.db.prepare('DELETE FROM job_progress WHERE job_id = ?');
+      this.dropProgress.run(p.id);
+    }
+    return applied;
+  }
+}
