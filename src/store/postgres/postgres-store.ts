@@ -42,8 +42,8 @@ import type {
   SweepParams,
   TransitionParams,
 } from '../store.js';
-import { encodeCursor, JOB_SELECT, JOB_WIDTH, rowToJob, rowToTransition, TRANSITION_SELECT } from './rows.js';
-import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
+import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
+import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { type ListenerLogger, WakeListener } from './wake-listener.js';
 
@@ -271,18 +271,15 @@ export class PostgresStore implements Store {
       ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
       ins AS (
         INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
         SELECT src.id, src.tenant, src.type, src.state, src.priority, src.input, src.metadata, src.max_attempts, src.run_at, src.created_at,
           src.created_at, src.timeout_ms, src.heartbeat_timeout_ms, src.stall_timeout_ms, src.result_ttl_ms, src.parent_id,
-          src.idempotency_key, src.request_hash
+          src.idempotency_key, src.request_hash, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text
         FROM src
         ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
         ORDER BY src.o
         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-        RETURNING id, state, created_at
-      ), logged AS (
-        INSERT INTO ${s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
-        SELECT ins.id, 1, NULL, ins.state, ins.created_at, 'submitted', 0, NULL FROM ins
+        RETURNING id, state
       ), wake AS (
         SELECT pg_notify('${this.channel}', '') FROM (SELECT 1 FROM ins WHERE ins.state = 'queued' LIMIT 1) one
       )
@@ -296,7 +293,7 @@ export class PostgresStore implements Store {
         WHERE (j.tenant, j.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
       backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
-      transitions: `SELECT j.tenant, ${TRANSITION_SELECT} FROM ${s}.jobs j LEFT JOIN ${s}.transitions t ON t.job_id = j.id WHERE j.id = $1 ORDER BY t.n`,
+      transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
       cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
       promote: `SELECT ${s}.promote_due($1, $2)`,
@@ -315,12 +312,9 @@ export class PostgresStore implements Store {
           ON CONFLICT (job_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at
           RETURNING job_id
         ), unstalled AS (
-          UPDATE ${s}.jobs j SET stalled = false, log_length = j.log_length + 1, updated_at = greatest($4::bigint + 1, j.updated_at + 1)
+          UPDATE ${s}.jobs j SET stalled = false, updated_at = greatest($4::bigint + 1, j.updated_at + 1),
+            log = ${logAppend("'running'", "'running'", '$4::bigint', "'progress resumed'", 'j.attempts', 'j.worker_id')}
           FROM held WHERE j.id = held.id AND held.stalled
-          RETURNING j.id, j.log_length, j.attempts, j.worker_id
-        ), logged AS (
-          INSERT INTO ${s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
-          SELECT u.id, u.log_length, 'running', 'running', $4, 'progress resumed', u.attempts, u.worker_id FROM unstalled u
         )
         SELECT count(*)::integer FROM saved`,
       checkpoint: `UPDATE ${s}.jobs SET checkpoint = $3::json WHERE id = $1 AND lease = $2 AND state = 'running'`,
@@ -535,10 +529,9 @@ export class PostgresStore implements Store {
 
   async getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null> {
     if (!isUuid(params.id)) return null;
-    const rows = await this.rows('transitions', this.sql.transitions, [params.id]);
-    const first = rows[0];
-    if (!first || (params.tenant !== undefined && first[0] !== params.tenant)) return null;
-    return rows.filter((r) => r[2] !== null).map((r) => rowToTransition(r, 1));
+    const [row] = await this.rows('transitions', this.sql.transitions, [params.id]);
+    if (!row || (params.tenant !== undefined && row[0] !== params.tenant)) return null;
+    return parseLog(row[1] as string);
   }
 
   async listJobs(params: ListJobsParams): Promise<JobPage> {

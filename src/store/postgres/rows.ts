@@ -115,18 +115,16 @@ export function rowToJob(r: unknown[], at = 0): JobRecord {
   };
 }
 
-/** Select list of a transition log entry over `transitions t`. */
-export const TRANSITION_SELECT = 't.from_state, t.to_state, t.at, t.reason, t.attempt, t.worker_id';
-
-export function rowToTransition(r: unknown[], at = 0): TransitionEntry {
-  return {
-    from: (r[at] as JobState | null) ?? null,
-    to: r[at + 1] as JobState,
-    at: Number(r[at + 2]),
-    reason: r[at + 3] as string,
-    attempt: Number(r[at + 4]),
-    workerId: str(r[at + 5]),
-  };
+/** A jobs row's log as JSON array text ([[from, to, at, reason, attempt, workerId], ...]) as entries. */
+export function parseLog(text: string): TransitionEntry[] {
+  return (JSON.parse(text) as unknown[][]).map((e) => ({
+    from: (e[0] as JobState | null) ?? null,
+    to: e[1] as JobState,
+    at: Number(e[2]),
+    reason: e[3] as string,
+    attempt: Number(e[4]),
+    workerId: str(e[5]),
+  }));
 }
 
 export function encodeCursor(id: string): string {

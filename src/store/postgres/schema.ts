@@ -25,13 +25,18 @@ export function renderMigrations(schema: string): string[] {
   return MIGRATIONS.map((sql) => sql.replaceAll('{s}', `"${schema}"`).replaceAll('{ch}', channelName(schema)).replaceAll('{name}', schema));
 }
 
+/** SQL appending one entry to the log of the jobs row `j` being updated (`j.log` is its log before the change). */
+export function logAppend(from: string, to: string, at: string, reason: string, attempt: string, worker: string): string {
+  return `j.log || ',' || json_build_array(${from}, ${to}, ${at}, ${reason}, ${attempt}, ${worker})::text`;
+}
+
 export const MIGRATIONS: readonly string[] = [
   // 1: jobs, their transition log, progress; the claim and transition functions.
   `
   CREATE TABLE {s}.jobs (
     id uuid PRIMARY KEY,
-    tenant text NOT NULL,
-    type text NOT NULL,
+    tenant text COLLATE "C" NOT NULL,
+    type text COLLATE "C" NOT NULL,
     state text NOT NULL CHECK (state IN ('pending', 'queued', 'running', 'retrying', 'waiting', 'succeeded', 'failed', 'cancelled', 'expired')),
     priority smallint NOT NULL,
     input json,
@@ -59,10 +64,12 @@ export const MIGRATIONS: readonly string[] = [
     stall_timeout_ms bigint,
     result_ttl_ms bigint NOT NULL,
     checkpoint json,
-    idempotency_key text,
+    idempotency_key text COLLATE "C",
     request_hash text,
-    -- Entries in the transition log: the next entry's number, so the log needs no sequence.
-    log_length integer NOT NULL DEFAULT 1
+    -- The transition log, oldest first: entries [from, to, at, reason, attempt, workerId] as
+    -- JSON arrays separated by commas, so that a transition appends its entry to the row it
+    -- updates anyway (no row and no index entry of its own); '[' || log || ']' is a JSON array.
+    log text NOT NULL
   ) WITH (fillfactor = 85, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
   -- Partial indexes: a job entering a state adds an entry only to the index of that state.
   CREATE INDEX jobs_queued ON {s}.jobs (type, priority, run_at, id) WHERE state = 'queued';
@@ -72,19 +79,6 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_tenant ON {s}.jobs (tenant, id);
   CREATE INDEX jobs_finished ON {s}.jobs (finished_at) WHERE finished_at IS NOT NULL;
   CREATE UNIQUE INDEX jobs_idempotency ON {s}.jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
-
-  -- One row per applied transition, appended in the same statement as the change itself.
-  CREATE TABLE {s}.transitions (
-    job_id uuid NOT NULL,
-    n integer NOT NULL,
-    from_state text,
-    to_state text NOT NULL,
-    at bigint NOT NULL,
-    reason text NOT NULL,
-    attempt integer NOT NULL,
-    worker_id text,
-    PRIMARY KEY (job_id, n)
-  );
 
   -- Progress is rewritten a few times a second per running job: keeping it out of the jobs row
   -- keeps those writes from making new versions of job rows. UNLOGGED: no WAL; a crash of the
@@ -98,7 +92,7 @@ export const MIGRATIONS: readonly string[] = [
   -- Moves due pending/retrying jobs to queued (earliest first, skipping rows another
   -- transaction holds) and wakes idle workers when it moved any.
   CREATE FUNCTION {s}.promote_due(p_now bigint, p_limit integer) RETURNS integer
-  LANGUAGE plpgsql AS $fn$
+  LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   DECLARE
     v_count integer;
   BEGIN
@@ -111,15 +105,13 @@ export const MIGRATIONS: readonly string[] = [
     ), moved AS (
       UPDATE {s}.jobs j
       SET state = 'queued',
-          log_length = j.log_length + 1,
-          updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
+          updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
+          log = ${logAppend('due.state', "'queued'", 'p_now', "'due'", 'j.attempts', 'NULL::text')}
       FROM due
       WHERE j.id = due.id
-      RETURNING j.id, j.log_length, j.attempts, due.state AS from_state
+      RETURNING j.id
     )
-    INSERT INTO {s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
-    SELECT moved.id, moved.log_length, moved.from_state, 'queued', p_now, 'due', moved.attempts, NULL FROM moved;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    SELECT count(*) INTO v_count FROM moved;
     IF v_count > 0 THEN
       PERFORM pg_notify('{ch}', '');
     END IF;
@@ -136,7 +128,7 @@ export const MIGRATIONS: readonly string[] = [
   -- Mask bits: 1 run_at, 2 result, 4 error, 8 finished_at, 16 expires_at, 32 reset attempts,
   -- 64 refund attempt, 128 clear checkpoint, 256 request cancel, 512 clear cancel, 1024 stalled.
   CREATE FUNCTION {s}.apply_transitions(p_items json, p_rounds integer) RETURNS integer[]
-  LANGUAGE plpgsql AS $fn$
+  LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   DECLARE
     v_applied integer[] := '{}';
     v_part integer[];
@@ -152,7 +144,14 @@ export const MIGRATIONS: readonly string[] = [
       ), moved AS (
         UPDATE {s}.jobs j
         SET state = i.t,
-            log_length = j.log_length + 1,
+            log = ${logAppend(
+              'i.f',
+              'i.t',
+              'i.at',
+              'i.why',
+              'CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END',
+              'i.w',
+            )},
             updated_at = greatest(i.at, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
             run_at = CASE WHEN i.m & 1 <> 0 THEN i.run_at ELSE j.run_at END,
             result = CASE WHEN i.m & 2 <> 0 THEN i.result ELSE j.result END,
@@ -167,10 +166,7 @@ export const MIGRATIONS: readonly string[] = [
             stalled = CASE WHEN i.m & 1024 <> 0 THEN i.stalled ELSE j.stalled END
         FROM item i
         WHERE j.id = i.id AND j.state = i.f AND (i.l IS NULL OR j.lease = i.l) AND (i.q IS NULL OR j.cancel_requested = i.q)
-        RETURNING j.id, j.state AS to_state, j.log_length, j.attempts, j.run_at, i.o, i.f AS from_state, i.why, i.w, i.at
-      ), logged AS (
-        INSERT INTO {s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
-        SELECT moved.id, moved.log_length, moved.from_state, moved.to_state, moved.at, moved.why, moved.attempts, moved.w FROM moved
+        RETURNING j.id, j.state AS to_state, j.run_at, i.o, i.at
       ), dropped AS (
         DELETE FROM {s}.progress p USING moved WHERE p.job_id = moved.id AND moved.to_state = 'expired'
       )
@@ -206,7 +202,7 @@ export const MIGRATIONS: readonly string[] = [
     cancel_requested_at bigint, stalled boolean, parent_id text, created_at bigint, started_at bigint, finished_at bigint,
     updated_at bigint, run_at bigint, expires_at bigint, heartbeat_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
     stall_timeout_ms bigint, result_ttl_ms bigint, checkpoint text, idempotency_key text, progress text)
-  LANGUAGE plpgsql AS $fn$
+  LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   #variable_conflict use_column
   DECLARE
     v_done integer[];
@@ -260,14 +256,11 @@ export const MIGRATIONS: readonly string[] = [
           started_at = p_now,
           heartbeat_at = p_now,
           stalled = false,
-          log_length = j.log_length + 1,
+          log = ${logAppend("'queued'", "'running'", 'p_now', "'claimed'", 'j.attempts + 1', 'p_worker')},
           updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
       FROM cand
       WHERE j.id = cand.id AND j.state = 'queued'
       RETURNING j.*
-    ), logged AS (
-      INSERT INTO {s}.transitions (job_id, n, from_state, to_state, at, reason, attempt, worker_id)
-      SELECT m.id, m.log_length, 'queued', 'running', p_now, 'claimed', m.attempts, p_worker FROM moved m
     )
     SELECT NULL::integer, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
       m.attempts, m.max_attempts, m.lease, m.worker_id, m.cancel_requested, m.cancel_reason,
