@@ -2,7 +2,9 @@
  * The in-process event bus: one typed event map that every output (watchers, the worker's
  * wake-up, later SSE/WebSocket/webhooks/metrics) consumes. Events describe writes this
  * process made; other processes' writes reach a process through its store (polling on
- * SQLite, LISTEN/NOTIFY on PostgreSQL).
+ * SQLite, LISTEN/NOTIFY on PostgreSQL). When a channel is connected (bridge.ts), the events
+ * other processes made are emitted here too, except job:submitted, which arrives as the slim
+ * job:submitted-remote.
  */
 import { EventEmitter } from 'node:events';
 import type { JobRecord } from '../core/job.js';
@@ -20,6 +22,16 @@ export interface JobEvents {
   'jobs:promoted': { count: number };
   /** Cancellation of a running job was requested; its worker should abort now. */
   'job:cancel-requested': { id: string; reason: string };
+  /**
+   * A job was accepted by ANOTHER process (relayed by a channel, see bridge.ts). Only its
+   * identity travels; the record is in the store for whoever needs more.
+   */
+  'job:submitted-remote': { id: string; tenant: string; type: string; state: JobState };
+  /**
+   * The channel to other processes was down and is back: events sent meanwhile are lost, so
+   * anything kept up to date by relayed events should be re-read from the store.
+   */
+  'channel:resync': { transport: string };
 }
 
 export type JobEventName = keyof JobEvents;

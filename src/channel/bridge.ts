@@ -1,0 +1,174 @@
+/**
+ * Connects a process's JobBus to a Channel: events emitted on the bus here are published to
+ * every other process, and events other processes published are emitted on this bus, with
+ * the same payload types as local ones (job:submitted arrives as the slim
+ * job:submitted-remote). A reconnected channel is announced as `channel:resync`.
+ *
+ * No loops: each bridge tags what it sends with its origin id and drops messages carrying it,
+ * and payloads a bridge emitted are never published again. Progress is coalesced per job
+ * (default at most one message per 100 ms, latest wins) and a held progress is sent before a
+ * state change of the same job, so other processes never see progress after the change.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Progress } from '../core/progress.js';
+import type { JobBus, JobEventName, JobEvents } from './bus.js';
+import type { Channel, ChannelLogger, Envelope, RelayEvents } from './channel.js';
+import { Coalescer } from './coalescer.js';
+
+export interface ConnectBusOptions {
+  /** This bridge's id on the wire. Default: a random UUID (unique per bridge). */
+  origin?: string;
+  /** Minimum ms between two progress messages of one job. Default 100. */
+  progressIntervalMs?: number;
+  /**
+   * Reads a job's latest progress when a message arrives without it (it was too large for the
+   * transport). Used when the channel keeps no progress itself (PostgreSQL: read the store).
+   * Without either, such a progress message is dropped; watchers catch up from the store.
+   */
+  getProgress?: (id: string) => Promise<Progress | null>;
+  /** Longest wait for such a read before the progress is skipped (later events wait meanwhile). Default 2000 ms. */
+  readTimeoutMs?: number;
+  logger?: ChannelLogger;
+}
+
+export interface BusBridge {
+  readonly origin: string;
+  /** Publishes held progress, then stops relaying in both directions (the channel stays open). */
+  close(): void;
+}
+
+/**
+ * Payloads some bridge emitted on a bus. No bridge publishes them again, so two bridges on one
+ * bus (say Redis and NOTIFY) cannot bounce each other's events around.
+ */
+const relayed = new WeakSet<object>();
+
+export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOptions = {}): BusBridge {
+  const origin = options.origin ?? randomUUID();
+  let closed = false;
+
+  const publish = <K extends keyof RelayEvents>(event: K, data: RelayEvents[K]) => {
+    channel.publish({ origin, event, data } as Envelope);
+  };
+  const progress = new Coalescer<JobEvents['job:progress']>(options.progressIntervalMs ?? 100, (p) =>
+    publish('job:progress', { id: p.id, tenant: p.tenant, progress: p.progress }),
+  );
+
+  const local = <K extends JobEventName>(event: K, fn: (payload: JobEvents[K]) => void) =>
+    bus.on(event, (payload) => {
+      if (!closed && !relayed.has(payload)) fn(payload);
+    });
+  const offs = [
+    local('job:submitted', ({ job }) => publish('job:submitted', { id: job.id, tenant: job.tenant, type: job.type, state: job.state })),
+    local('job:changed', (e) => {
+      progress.flush(e.id);
+      publish('job:changed', { id: e.id, tenant: e.tenant, type: e.type, from: e.from, to: e.to, reason: e.reason });
+    }),
+    local('job:progress', (e) => progress.offer(e.id, e)),
+    local('jobs:promoted', (e) => publish('jobs:promoted', { count: e.count })),
+    local('job:cancel-requested', (e) => {
+      progress.flush(e.id);
+      publish('job:cancel-requested', { id: e.id, reason: e.reason });
+    }),
+  ];
+
+  const emit = <K extends JobEventName>(event: K, payload: JobEvents[K]) => {
+    relayed.add(payload);
+    bus.emit(event, payload);
+  };
+
+  const readProgress = channel.getProgress?.bind(channel) ?? options.getProgress;
+  const readTimeoutMs = options.readTimeoutMs ?? 2000;
+  /** Reads a progress that arrived without its value; resolves to null on failure or timeout. */
+  const fetchProgress = async (id: string): Promise<Progress | null> => {
+    if (!readProgress) return null;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), readTimeoutMs);
+    });
+    try {
+      return await Promise.race([readProgress(id), timeout]);
+    } catch (err) {
+      options.logger?.warn({ err, jobId: id }, 'could not read relayed progress; watchers will catch up from the store');
+      return null;
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  /**
+   * Remote events in arrival order, each emitted as a fresh object (one message may reach
+   * several bridges). Only a progress without its value needs a read; while it
+   * runs, later events wait behind it, so nobody sees progress after the job's next change.
+   */
+  let waiting: Envelope[] | null = null;
+  const deliver = (envelope: Envelope): Promise<void> | undefined => {
+    switch (envelope.event) {
+      case 'job:submitted':
+        emit('job:submitted-remote', { ...envelope.data });
+        return;
+      case 'job:progress': {
+        const { id, tenant, progress: value } = envelope.data;
+        if (value !== null) {
+          emit('job:progress', { id, tenant, progress: value });
+          return;
+        }
+        return fetchProgress(id).then((p) => {
+          if (p && !closed) emit('job:progress', { id, tenant, progress: p });
+        });
+      }
+      case 'job:changed':
+        emit('job:changed', { ...envelope.data });
+        return;
+      case 'jobs:promoted':
+        emit('jobs:promoted', { ...envelope.data });
+        return;
+      case 'job:cancel-requested':
+        emit('job:cancel-requested', { ...envelope.data });
+        return;
+    }
+  };
+  const drain = async (queue: Envelope[]) => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      if (closed) break;
+      try {
+        await deliver(next);
+      } catch (err) {
+        options.logger?.warn({ err, event: next.event }, 'a listener of a relayed event threw');
+      }
+    }
+    waiting = null;
+  };
+
+  const unsubscribe = channel.subscribe({
+    event(envelope) {
+      if (closed || envelope.origin === origin) return;
+      if (waiting) {
+        waiting.push(envelope);
+        return;
+      }
+      const pending = deliver(envelope);
+      if (pending) {
+        const queue: Envelope[] = [];
+        waiting = queue;
+        void pending
+          .catch((err: unknown) => options.logger?.warn({ err, event: envelope.event }, 'a listener of a relayed event threw'))
+          .then(() => drain(queue));
+      }
+    },
+    resync() {
+      if (!closed) emit('channel:resync', { transport: channel.transport });
+    },
+  });
+
+  return {
+    origin,
+    close() {
+      if (closed) return;
+      progress.flushAll();
+      closed = true;
+      for (const off of offs) off();
+      unsubscribe();
+    },
+  };
+}

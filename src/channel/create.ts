@@ -1,0 +1,54 @@
+/**
+ * Picks the channel for a deployment: Redis when a Redis URL is configured
+ * (`LONGHAUL_REDIS_URL`), else LISTEN/NOTIFY when the database is PostgreSQL, else none (one
+ * machine on SQLite: the in-process bus plus store polling are enough).
+ */
+import type pg from 'pg';
+import type { Channel, ChannelLogger } from './channel.js';
+import { PostgresNotifyChannel } from './postgres-notify.js';
+import { RedisChannel } from './redis.js';
+
+export interface CreateChannelOptions {
+  /** The database URL or SQLite path the process uses. */
+  databaseUrl: string;
+  /** Default: `LONGHAUL_REDIS_URL` from `env`. An empty string means none. */
+  redisUrl?: string | undefined;
+  /** PostgreSQL: publish through this pool (the store's) instead of opening one. */
+  pool?: pg.Pool;
+  /** PostgreSQL: the NOTIFY channel name (default `longhaul_events`). */
+  notifyChannel?: string;
+  /** Redis: key and channel prefix (default `longhaul:`). */
+  redisPrefix?: string;
+  /** Redis: progress snapshot TTL (default 1 h). */
+  progressTtlMs?: number;
+  /** application_name / CLIENT SETNAME of the channel's connections (default `longhaul`). */
+  connectionName?: string;
+  logger?: ChannelLogger;
+  env?: Record<string, string | undefined>;
+}
+
+const POSTGRES_URL = /^postgres(ql)?:\/\//;
+
+export function createChannel(options: CreateChannelOptions): Channel | null {
+  const redisUrl = options.redisUrl ?? (options.env ?? process.env).LONGHAUL_REDIS_URL;
+  if (redisUrl !== undefined && redisUrl.trim() !== '') {
+    if (!/^rediss?:\/\//.test(redisUrl)) throw new Error(`LONGHAUL_REDIS_URL must be a redis:// or rediss:// URL (got "${redisUrl}")`);
+    return new RedisChannel({
+      url: redisUrl,
+      ...(options.redisPrefix === undefined ? {} : { prefix: options.redisPrefix }),
+      ...(options.progressTtlMs === undefined ? {} : { progressTtlMs: options.progressTtlMs }),
+      ...(options.connectionName === undefined ? {} : { connectionName: options.connectionName }),
+      ...(options.logger === undefined ? {} : { logger: options.logger }),
+    });
+  }
+  if (POSTGRES_URL.test(options.databaseUrl)) {
+    return new PostgresNotifyChannel({
+      connectionString: options.databaseUrl,
+      ...(options.pool === undefined ? {} : { pool: options.pool }),
+      ...(options.notifyChannel === undefined ? {} : { channel: options.notifyChannel }),
+      ...(options.connectionName === undefined ? {} : { applicationName: options.connectionName }),
+      ...(options.logger === undefined ? {} : { logger: options.logger }),
+    });
+  }
+  return null;
+}

@@ -1,0 +1,278 @@
+/**
+ * A Channel over PostgreSQL LISTEN/NOTIFY: nothing to run besides the database.
+ *
+ * - Receiving: one dedicated connection (not from the pool) LISTENs. When it drops (server
+ *   restart, pg_terminate_backend, network), it is re-opened with exponential backoff and
+ *   jitter, LISTEN is issued again, and subscribers get `resync`: notifications sent while no
+ *   connection listened are gone for good.
+ * - Sending: publishes are queued and sent in batches, one `pg_notify` per event inside one
+ *   statement on the pool, one statement at a time (so the order is kept). A failed batch is
+ *   logged and dropped: the store stays the truth. While the database is unreachable at most
+ *   `maxQueued` events wait; older ones are dropped first.
+ * - Size: a NOTIFY payload must stay under 8000 bytes. Events are sent slim (see wire.ts);
+ *   a progress that does not fit travels as null and receivers read it from the store.
+ */
+import pg from 'pg';
+import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
+import { decode, encodeWithin } from './wire.js';
+
+/** PostgreSQL refuses payloads of 8000 bytes or more; keep a margin. */
+export const NOTIFY_MAX_BYTES = 7900;
+const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const BATCH = 256;
+
+export interface PostgresNotifyOptions {
+  connectionString: string;
+  /** Pool to publish through (e.g. the store's). Default: a pool of 2 connections the channel owns. */
+  pool?: pg.Pool;
+  /** The NOTIFY channel. Default `longhaul_events`. Lower-case letters, digits and _. */
+  channel?: string;
+  /** application_name of the connections (the listener gets `:events` appended). Default `longhaul`. */
+  applicationName?: string;
+  /** Events waiting while the database is unreachable. Default 10 000. */
+  maxQueued?: number;
+  /** Reconnect delays: doubling from minMs up to maxMs, each with jitter. Default 100 / 5000. */
+  reconnect?: { minMs?: number; maxMs?: number };
+  logger?: ChannelLogger;
+}
+
+export class PostgresNotifyChannel implements Channel {
+  readonly transport = 'postgres';
+  readonly channel: string;
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly logger: ChannelLogger | undefined;
+  private readonly handlers = new Set<ChannelHandlers>();
+  private readonly maxQueued: number;
+  private queue: string[] = [];
+  private sending: Promise<void> | null = null;
+  private flushScheduled = false;
+  private droppedSinceWarn = 0;
+  private lastWarnAt = 0;
+
+  private client: pg.Client | null = null;
+  private started = false;
+  private connecting = false;
+  private closed = false;
+  /** True while notifications may have been missed (down, or never up after a failed attempt). */
+  private missed = false;
+  private failures = 0;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private readonly firstUp: Promise<void>;
+  private markUp: () => void = () => undefined;
+  private failUp: (err: Error) => void = () => undefined;
+
+  constructor(private readonly options: PostgresNotifyOptions) {
+    this.channel = options.channel ?? 'longhaul_events';
+    if (!CHANNEL_NAME.test(this.channel)) throw new Error(`invalid NOTIFY channel name "${this.channel}": use lower-case letters, digits and _ (at most 63)`);
+    this.maxQueued = options.maxQueued ?? 10_000;
+    this.logger = options.logger;
+    this.ownsPool = options.pool === undefined;
+    this.pool =
+      options.pool ??
+      new pg.Pool({
+        connectionString: options.connectionString,
+        application_name: options.applicationName ?? 'longhaul',
+        max: 2,
+        idleTimeoutMillis: 30_000,
+        keepAlive: true,
+      });
+    // An idle pooled client whose connection dies emits 'error' on the pool; unhandled it would crash.
+    if (this.ownsPool) this.pool.on('error', (err) => this.logger?.warn({ err }, 'PostgreSQL notify connection lost (idle); it will be replaced'));
+    this.firstUp = new Promise((resolve, reject) => {
+      this.markUp = resolve;
+      this.failUp = reject;
+    });
+    this.firstUp.catch(() => undefined);
+  }
+
+  /** Whether the listening connection is up (tests, health checks). */
+  get listening(): boolean {
+    return this.client !== null;
+  }
+
+  /** The backend pid of the listening connection, or null (tests). */
+  get backendPid(): number | null {
+    return (this.client as unknown as { processID?: number } | null)?.processID ?? null;
+  }
+
+  publish(envelope: Envelope): void {
+    if (this.closed) return;
+    const text = encodeWithin(envelope, NOTIFY_MAX_BYTES);
+    if (text === null) {
+      this.logger?.warn({ event: envelope.event }, 'event too large for NOTIFY even in its slim form; not relayed');
+      return;
+    }
+    this.queue.push(text);
+    if (this.queue.length > this.maxQueued) this.drop(this.queue.splice(0, this.queue.length - this.maxQueued).length, null);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => {
+        this.flushScheduled = false;
+        this.pump();
+      });
+    }
+  }
+
+  subscribe(handlers: ChannelHandlers): () => void {
+    this.handlers.add(handlers);
+    this.start();
+    return () => {
+      this.handlers.delete(handlers);
+    };
+  }
+
+  ready(): Promise<void> {
+    this.start();
+    return this.firstUp;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.failUp(new Error('the events channel was closed before it connected'));
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    // What was published before close still goes out.
+    this.pump();
+    while (this.sending) await this.sending;
+    const c = this.client;
+    this.client = null;
+    if (c) {
+      c.removeAllListeners('end');
+      c.removeAllListeners('notification');
+      await c.end().catch(() => undefined);
+    }
+    if (this.ownsPool) await this.pool.end().catch(() => undefined);
+  }
+
+  // ---- sending ----------------------------------------------------------------------------
+
+  private pump(): void {
+    if (this.sending || this.queue.length === 0) return;
+    this.sending = this.sendAll().finally(() => {
+      this.sending = null;
+      if (this.queue.length > 0) this.pump();
+    });
+  }
+
+  private async sendAll(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue.splice(0, BATCH);
+      try {
+        // One statement, one transaction: PostgreSQL delivers the notifications in this order.
+        await this.pool.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n', [this.channel, batch]);
+      } catch (err) {
+        this.drop(batch.length, err);
+      }
+    }
+  }
+
+  /** Logs dropped events, at most once every 10 s (an outage would otherwise flood the log). */
+  private drop(count: number, err: unknown): void {
+    this.droppedSinceWarn += count;
+    const now = Date.now();
+    if (now - this.lastWarnAt < 10_000) return;
+    this.lastWarnAt = now;
+    this.logger?.warn({ err, dropped: this.droppedSinceWarn }, 'could not publish job events over NOTIFY; dropped them (the store stays correct)');
+    this.droppedSinceWarn = 0;
+  }
+
+  // ---- receiving --------------------------------------------------------------------------
+
+  private start(): void {
+    if (this.started || this.closed) return;
+    this.started = true;
+    void this.connect();
+  }
+
+  private deliver(payload: string | undefined): void {
+    const envelope = payload === undefined ? null : decode(payload);
+    if (!envelope) {
+      this.logger?.warn({ channel: this.channel, bytes: payload?.length ?? 0 }, 'ignored a malformed message on the events channel');
+      return;
+    }
+    for (const h of [...this.handlers]) {
+      try {
+        h.event(envelope);
+      } catch (err) {
+        this.logger?.warn({ err, event: envelope.event }, 'a listener of a relayed event threw');
+      }
+    }
+  }
+
+  private resync(): void {
+    for (const h of [...this.handlers]) {
+      try {
+        h.resync();
+      } catch (err) {
+        this.logger?.warn({ err }, 'a resync listener threw');
+      }
+    }
+  }
+
+  private async connect(): Promise<void> {
+    if (this.closed || this.connecting || this.client) return;
+    this.connecting = true;
+    const client = new pg.Client({
+      connectionString: this.options.connectionString,
+      application_name: `${this.options.applicationName ?? 'longhaul'}:events`,
+      keepAlive: true,
+    });
+    let live = false;
+    const lost = (err?: Error) => {
+      if (!live || this.closed) return;
+      live = false;
+      if (this.client === client) this.client = null;
+      client.removeAllListeners('notification');
+      this.missed = true;
+      this.logger?.warn({ err }, 'PostgreSQL events connection lost; reconnecting');
+      client.end().catch(() => undefined);
+      this.scheduleReconnect();
+    };
+    // Without an 'error' listener a dropped connection would crash the process.
+    client.on('error', (err) => lost(err));
+    client.on('end', () => lost());
+    client.on('notification', (msg) => {
+      if (msg.channel === this.channel) this.deliver(msg.payload);
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN "${this.channel}"`);
+      if (this.closed) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      live = true;
+      this.client = client;
+      this.failures = 0;
+      this.markUp();
+      if (this.missed) {
+        this.missed = false;
+        this.resync();
+      }
+    } catch (err) {
+      this.missed = true;
+      this.logger?.warn({ err }, 'PostgreSQL events connection failed; retrying');
+      client.removeAllListeners('notification');
+      client.end().catch(() => undefined);
+      this.scheduleReconnect();
+    } finally {
+      this.connecting = false;
+    }
+  }
+
+  private scheduleReconnect(): void {
+    if (this.closed || this.retryTimer) return;
+    this.failures++;
+    const min = this.options.reconnect?.minMs ?? 100;
+    const max = this.options.reconnect?.maxMs ?? 5000;
+    const cap = Math.min(max, min * 2 ** Math.min(this.failures - 1, 16));
+    const delay = cap / 2 + Math.random() * (cap / 2);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      void this.connect();
+    }, delay);
+    this.retryTimer.unref?.();
+  }
+}
