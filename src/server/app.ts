@@ -13,7 +13,9 @@ import { FeedHub, JobHub } from './hub.js';
 import { HttpProblem, problemHandler, sendProblem } from './problem.js';
 import { registerJobRoutes } from './routes/jobs.js';
 import { registerOpsRoutes } from './routes/ops.js';
+import { type ResultRouteOptions, registerResultRoutes } from './routes/results.js';
 import { registerStreamRoutes } from './routes/streams.js';
+import { registerUploadRoutes, type UploadRouteOptions } from './routes/uploads.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
 
@@ -27,6 +29,8 @@ export interface ServerOptions {
   /** SSE keepalive comment interval. Default 15 000 ms. */
   keepaliveMs?: number;
   logger?: Logger | false;
+  /** Blob storage for uploads and result files; their routes exist only when this is given. */
+  files?: UploadRouteOptions & ResultRouteOptions;
 }
 
 export interface AppContext {
@@ -126,6 +130,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // `/%761/jobs` reaches the /v1/jobs route although its URL does not start with "/v1/".
     const path = request.routeOptions.url ?? request.url;
     if (!path.startsWith('/v1/')) return done();
+    // Signed result URLs carry their own authorisation (checked by the route).
+    if (request.routeOptions.config?.signedUrl) return done();
     const token = (request.query as { token?: unknown } | undefined)?.token;
     if (typeof token === 'string' && token !== '') {
       const grant = ctx.tokens.verify(token);
@@ -165,6 +171,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerOpsRoutes(app, ctx);
   registerJobRoutes(app, ctx);
   registerStreamRoutes(app, ctx);
+  if (options.files) {
+    await registerUploadRoutes(app, options.files);
+    registerResultRoutes(app, options.files);
+  }
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
   // Hijacked SSE responses keep their connections busy; end them before the server closes.
