@@ -1,0 +1,135 @@
+/**
+ * `report.generate {rows, format: "csv" | "pdf", seed?}`: a report job in three stages with
+ * weighted progress — `query` (20%: draw the synthetic sales rows and their totals, spooled to
+ * a temp file), `render` (60%: the CSV, or a paginated PDF table with pdfkit, to a temp file),
+ * `upload` (20%: stream the file to the job's results as `report.csv` / `report.pdf`). Every
+ * step streams; cancellation stops each stage within a few hundred rows.
+ *
+ * No checkpoint: a new attempt starts over (the temp files die with the process), which for a
+ * report of at most a million rows costs less than it would to make resumable.
+ */
+
+import { createReadStream } from 'node:fs';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { addAbortSignal, pipeline, Transform } from 'node:stream';
+import type { ResultFile } from '../blobs/handles.js';
+import { type BlobTaskContext, withBlobs } from './blob-context.js';
+import { defineTask } from './define.js';
+import { renderCsv } from './report/render-csv.js';
+import { renderPdf } from './report/render-pdf.js';
+import { readSpool, type SalesTotals, spoolSales } from './report/sales-data.js';
+import { type StageWeight, weightedPercent } from './report/weighted-stages.js';
+
+export type ReportFormat = 'csv' | 'pdf';
+
+export interface ReportInput {
+  rows: number;
+  format: ReportFormat;
+  seed: number;
+}
+
+export interface ReportResult {
+  file: string;
+  format: ReportFormat;
+  rows: number;
+  /** PDF only. */
+  pages: number | null;
+  size: number;
+  sha256: string;
+  totals: SalesTotals;
+}
+
+export const REPORT_MAX_ROWS = { csv: 1_000_000, pdf: 100_000 } as const;
+
+type Stage = 'query' | 'render' | 'upload';
+
+export const REPORT_STAGES: readonly StageWeight<Stage>[] = [
+  { name: 'query', weight: 20 },
+  { name: 'render', weight: 60 },
+  { name: 'upload', weight: 20 },
+];
+
+const CONTENT_TYPES: Record<ReportFormat, string> = { csv: 'text/csv; charset=utf-8', pdf: 'application/pdf' };
+
+export async function runReport(input: ReportInput, ctx: BlobTaskContext): Promise<ReportResult> {
+  const { rows, format, seed } = input;
+  const report = (stage: Stage, fraction: number, extra: { itemsDone?: number; message?: string } = {}) =>
+    ctx.progress({ stage, percent: weightedPercent(REPORT_STAGES, stage, fraction), ...extra, ...(extra.itemsDone === undefined ? {} : { itemsTotal: rows }) });
+  const dir = await mkdtemp(join(tmpdir(), 'longhaul-report-'));
+  try {
+    const spool = join(dir, 'rows.jsonl');
+    const rendered = join(dir, `report.${format}`);
+
+    const totals = await ctx.stage('query', async () => {
+      report('query', 0, { itemsDone: 0, message: 'querying' });
+      return spoolSales(spool, {
+        rows,
+        seed,
+        signal: ctx.signal,
+        onRows: (done) => report('query', done / rows, { itemsDone: done, message: `${done} of ${rows} rows fetched` }),
+      });
+    });
+
+    const pages = await ctx.stage('render', async () => {
+      report('render', 0, { itemsDone: 0, message: `rendering ${format.toUpperCase()}` });
+      const onRows = (done: number) => report('render', done / rows, { itemsDone: done, message: `${done} of ${rows} rows rendered` });
+      if (format === 'pdf') return (await renderPdf(readSpool(spool), rendered, { totals, seed, signal: ctx.signal, onRows })).pages;
+      await renderCsv(readSpool(spool), rendered, { signal: ctx.signal, onRows });
+      return null;
+    });
+
+    const name = `report.${format}`;
+    const file: ResultFile = await ctx.stage('upload', async () => {
+      const size = (await stat(rendered)).size;
+      let sent = 0;
+      report('upload', 0, { message: `uploading ${size} bytes` });
+      const meter = new Transform({
+        transform(chunk: Buffer, _encoding, callback) {
+          sent += chunk.length;
+          report('upload', size > 0 ? sent / size : 1, { message: `${sent} of ${size} bytes uploaded` });
+          callback(null, chunk);
+        },
+      });
+      addAbortSignal(ctx.signal, meter);
+      const body = pipeline(createReadStream(rendered), meter, () => {
+        // Errors (and an abort) reach ctx.results.write through `meter`.
+      });
+      const written = await ctx.results.write(name, body, { contentType: CONTENT_TYPES[format] });
+      ctx.signal.throwIfAborted();
+      report('upload', 1, { message: `${name} uploaded` });
+      return written;
+    });
+
+    return { file: name, format, rows, pages, size: file.size, sha256: file.sha256, totals };
+  } catch (err) {
+    // A cancelled run reports why it stopped (the runtime's abort reason), not the stream error it caused.
+    if (ctx.signal.aborted) throw ctx.signal.reason;
+    throw err;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+export const reportGenerate = defineTask<Record<string, unknown>, ReportResult>({
+  type: 'report.generate',
+  input: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['rows'],
+    properties: {
+      rows: { type: 'integer', minimum: 1, maximum: REPORT_MAX_ROWS.csv },
+      format: { enum: ['csv', 'pdf'], default: 'csv' },
+      seed: { type: 'integer', minimum: 0, maximum: 4_294_967_295, default: 1 },
+    },
+    // A PDF table of more rows is thousands of pages: nobody reads it, and it takes minutes to draw.
+    if: { properties: { format: { const: 'pdf' } }, required: ['format'] },
+    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then; an object, not a function, so never a thenable
+    then: { properties: { rows: { maximum: REPORT_MAX_ROWS.pdf } } },
+  },
+  maxAttempts: 3,
+  async run(input, ctx) {
+    return runReport(input as ReportInput, withBlobs(ctx, 'report.generate'));
+  },
+});
