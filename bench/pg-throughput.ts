@@ -1,0 +1,138 @@
+/**
+ * Throughput and latency of Longhaul on PostgreSQL: the workload of bench/sqlite-throughput.ts
+ * (issue 4: throughput ≥ Graphile Worker's in the same run, latency p50 ≤ 3 ms, p99 ≤ 10 ms).
+ *
+ *   node --import tsx bench/pg-throughput.ts [--jobs 10000] [--concurrency 10,50] [--runs 3]
+ *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--lib dist]
+ *        [--pg postgres://postgres@127.0.0.1:5432/postgres]
+ *
+ * For each run and each concurrency, on a fresh database (CREATE DATABASE, dropped after):
+ *   (a) bulk-enqueue `jobs` no-op jobs with submitMany in chunks of `chunk` (enqueue jobs/s);
+ *   (b) start one worker at that concurrency and time it until worker.stats.succeeded reaches
+ *       `jobs` (processed jobs/s), then check with countByState that all of them succeeded.
+ * Then, on another fresh database, end-to-end latency with an idle worker: one job at a time,
+ * submit-call start → handler start (performance.now() in this process), after a warm-up.
+ * Longhaul keeps every finished job (full history), as on SQLite.
+ *
+ * Prints a table, then one JSON line (the last line of stdout) for bench/run-pg-all.ts.
+ */
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import pino from 'pino';
+import { packageVersion, serverNote, withDatabase } from './lib/pg-database.js';
+import { type BenchResult, boolFlag, gitState, listFlag, loadNote, median, numFlag, printResult, strFlag, summarise, until } from './lib/util.js';
+
+const JOBS = numFlag('jobs', 10_000);
+const CONCURRENCY = listFlag('concurrency', [10, 50]);
+const RUNS = numFlag('runs', 3);
+const CHUNK = numFlag('chunk', 1000);
+const LATENCY_SAMPLES = numFlag('latency', 2000);
+const WARMUP = numFlag('warmup', 200);
+const SWEEPER = !boolFlag('no-sweeper');
+const LIB = strFlag('lib');
+
+// The library under test: src/ through tsx by default, or compiled JS (`--lib dist` after
+// `npm run build`, or a commit built by bench/snapshot.sh), as in bench/sqlite-throughput.ts.
+type Lib = typeof import('../src/index.js');
+const lib: Lib = LIB === undefined ? await import('../src/index.js') : ((await import(pathToFileURL(resolve(LIB, 'index.js')).href)) as Lib);
+const { defineTask, Longhaul } = lib;
+
+const logger = pino({ level: 'silent' });
+const noop = defineTask({ type: 'bench.noop', run: () => null });
+let onProbeStart: ((t: number) => void) | null = null;
+const probe = defineTask({
+  type: 'bench.probe',
+  run: () => {
+    onProbeStart?.(performance.now());
+    return null;
+  },
+});
+
+/** The enqueue calls' arguments, built before the clock starts. */
+function chunks(): { type: string; input: { n: number } }[][] {
+  const out: { type: string; input: { n: number } }[][] = [];
+  for (let i = 0; i < JOBS; i += CHUNK) out.push(Array.from({ length: Math.min(CHUNK, JOBS - i) }, (_, j) => ({ type: 'bench.noop', input: { n: i + j } })));
+  return out;
+}
+
+async function throughputRun(url: string, concurrency: number): Promise<{ enqueuePerSec: number; processedPerSec: number }> {
+  const lh = await Longhaul.open({ database: url, tasks: [noop], logger });
+  try {
+    const batches = chunks();
+    const t0 = performance.now();
+    for (const b of batches) await lh.submitMany(b);
+    const enqueueMs = performance.now() - t0;
+    const before = await lh.store.countByState({});
+    if (before.queued !== JOBS) throw new Error(`expected ${JOBS} queued jobs, found ${before.queued}`);
+
+    const t1 = performance.now();
+    const worker = await lh.startWorker({ concurrency, sweeper: SWEEPER });
+    await until(() => worker.stats.succeeded >= JOBS, 2);
+    const processMs = performance.now() - t1;
+    const after = await lh.store.countByState({});
+    if (after.succeeded !== JOBS) throw new Error(`expected ${JOBS} succeeded jobs, found ${JSON.stringify(after)}`);
+    return { enqueuePerSec: JOBS / (enqueueMs / 1000), processedPerSec: JOBS / (processMs / 1000) };
+  } finally {
+    await lh.close();
+  }
+}
+
+async function latency(url: string): Promise<number[]> {
+  const lh = await Longhaul.open({ database: url, tasks: [probe], logger });
+  try {
+    const worker = await lh.startWorker({ concurrency: 10, sweeper: SWEEPER });
+    await worker.idle();
+    const samples: number[] = [];
+    for (let i = 0; i < WARMUP + LATENCY_SAMPLES; i++) {
+      const started = new Promise<number>((resolve) => {
+        onProbeStart = resolve;
+      });
+      const t0 = performance.now();
+      const submitted = lh.submit('bench.probe', { n: i });
+      const t1 = await started;
+      await submitted;
+      await worker.idle(); // the outcome is written: the worker is idle again before the next sample
+      if (i >= WARMUP) samples.push(t1 - t0);
+    }
+    onProbeStart = null;
+    if (worker.stats.succeeded !== WARMUP + LATENCY_SAMPLES)
+      throw new Error(`latency: ${worker.stats.succeeded} jobs succeeded, expected ${WARMUP + LATENCY_SAMPLES}`);
+    return samples;
+  } finally {
+    await lh.close();
+  }
+}
+
+const notes: string[] = [];
+notes.push(loadNote('at start', process.env.BENCH_RUN_ALL !== '1'));
+notes.push(`Node ${process.version}, pg ${packageVersion(import.meta.url, 'pg')}, sweeper ${SWEEPER ? 'on' : 'off'}, full job history kept`);
+notes.push(await serverNote());
+notes.push(
+  LIB === undefined ? `library: src/ via tsx; ${gitState(['src'])}` : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}`,
+);
+notes.push(`enqueue = submitMany in chunks of ${CHUNK}`);
+const enqueue: number[] = [];
+const processed: Record<string, number[]> = Object.fromEntries(CONCURRENCY.map((c) => [String(c), [] as number[]]));
+for (let run = 1; run <= RUNS; run++) {
+  for (const c of CONCURRENCY) {
+    const r = await withDatabase('lhbench_longhaul', (db) => throughputRun(db.url, c));
+    enqueue.push(r.enqueuePerSec);
+    processed[String(c)]?.push(r.processedPerSec);
+    console.error(`run ${run} c=${c}: enqueue ${Math.round(r.enqueuePerSec)}/s, processed ${Math.round(r.processedPerSec)}/s`);
+  }
+}
+const lat = LATENCY_SAMPLES > 0 ? summarise(await withDatabase('lhbench_longhaul', (db) => latency(db.url))) : summarise([]);
+notes.push(loadNote('at end', false));
+const result: BenchResult = {
+  system: 'Longhaul (PostgreSQL)',
+  jobs: JOBS,
+  runs: RUNS,
+  enqueuePerSec: median(enqueue),
+  processedPerSec: Object.fromEntries(Object.entries(processed).map(([c, list]) => [c, median(list)])),
+  latencyMs: lat,
+  samples: { enqueuePerSec: enqueue, processedPerSec: processed },
+  notes,
+};
+printResult(result);
+console.log(JSON.stringify(result));
