@@ -4,6 +4,7 @@
  * schema version table).
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -143,5 +144,19 @@ describe('SqliteStore specifics', () => {
     await a.close();
     const b = await track(openStore(path));
     assert.deepEqual((await b.getJob({ id: job.id }))?.input, { keep: true });
+  });
+  it('close() with the checkpoint thread started keeps the process alive until it is done', () => {
+    // A script whose last step is `await store.close()`: with the thread unref'd, Node used to
+    // exit with code 13 (unsettled top-level await) before close() resolved.
+    const script = `
+      import { SqliteStore } from ${JSON.stringify(new URL('../src/store/sqlite/sqlite-store.ts', import.meta.url).href)};
+      import { newJob } from ${JSON.stringify(new URL('./store-contract.ts', import.meta.url).href)};
+      const store = new SqliteStore({ path: ${JSON.stringify(tempPath())} });
+      await store.migrate();
+      for (let i = 0; i < 5; i++) await store.insertJobs({ jobs: Array.from({ length: 1000 }, () => newJob()) });
+      await store.close();
+      console.log('closed');`;
+    const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(out.trim(), 'closed');
   });
 });

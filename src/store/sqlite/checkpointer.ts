@@ -146,9 +146,11 @@ export class WalCheckpointer {
     this.worker = null;
     this.failed = true;
     if (!worker) return;
+    // The thread is unref'd while it works; a close must keep the process alive until it has
+    // exited, or a caller awaiting close() as its last step would see its process end first.
+    worker.ref();
     worker.postMessage('close');
     const timer = setTimeout(() => void worker.terminate(), 5000);
-    timer.unref();
     await this.exited;
     clearTimeout(timer);
   }
