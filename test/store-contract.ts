@@ -1174,6 +1174,102 @@ export function runStoreContract(name: string, makeStore: () => Promise<Store>):
       });
     });
 
+    describe('result files', () => {
+      const file = (name: string, key = `results/x/${uuidv7()}/${name}`) => ({ name, size: 10, contentType: 'text/csv', sha256: 'ab'.repeat(32), key });
+
+      it('records files under the lease, in recording order, replacing by name, and counts downloads', async () => {
+        const r = await running();
+        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: file('a.csv'), now: T0 }), true);
+        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: file('b.json'), now: T0 }), true);
+        const replaced = { ...file('a.csv', 'results/x/new/a.csv'), size: 99 };
+        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: replaced, now: T0 + 1 }), true);
+        await store.countDownload({ id: r.id, name: 'a.csv' });
+        await store.countDownload({ id: r.id, name: 'a.csv' });
+        await store.countDownload({ id: r.id, name: 'missing.csv' });
+        const other = await insert();
+        const map = await store.listResults({ ids: [r.id, other.id, 'not-a-uuid'] });
+        assert.deepEqual([...map.keys()], [r.id]);
+        const files = map.get(r.id) ?? [];
+        assert.deepEqual(
+          files.map((f) => [f.name, f.size, f.key, f.downloads]),
+          [
+            ['a.csv', 99, 'results/x/new/a.csv', 2],
+            ['b.json', 10, files[1]?.key, 0],
+          ],
+        );
+        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease, name: 'b.json' }), true);
+        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease, name: 'never.txt' }), true);
+        assert.deepEqual(((await store.listResults({ ids: [r.id] })).get(r.id) ?? []).map((f) => f.name), ['a.csv']);
+        await store.deleteResults({ id: r.id });
+        assert.equal((await store.listResults({ ids: [r.id] })).size, 0);
+      });
+
+      it('refuses records and removals once the lease moved on or the job left running', async () => {
+        const r = await running();
+        assert.equal(await store.recordResult({ id: r.id, lease: r.lease + 1, file: file('a.csv'), now: T0 }), false);
+        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease + 1, name: 'a.csv' }), false);
+        assert.ok(await store.recordResult({ id: r.id, lease: r.lease, file: file('a.csv'), now: T0 }));
+        assert.ok(await apply({ id: r.id, from: 'running', to: 'succeeded', lease: r.lease, reason: 'done', at: T0 + 5, patch: { finishedAt: T0 + 5 } }));
+        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: file('late.csv'), now: T0 + 6 }), false);
+        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease, name: 'a.csv' }), false);
+        assert.deepEqual(((await store.listResults({ ids: [r.id] })).get(r.id) ?? []).map((f) => f.name), ['a.csv']);
+        const q = await insert();
+        assert.equal(await store.recordResult({ id: q.id, lease: 0, file: file('a.csv'), now: T0 }), false);
+      });
+    });
+
+    describe('webhooks', () => {
+      it('keeps targets, reports each end of a job once, re-arms after a manual retry', async () => {
+        const r = await running();
+        await store.saveWebhook({ jobId: r.id, url: 'https://hooks.example.com/a', secret: `whsec_${'A'.repeat(32)}` });
+        const quiet = await insert();
+        await store.saveWebhook({ jobId: quiet.id, url: 'https://hooks.example.com/b', secret: null });
+        // A target saved for a job that was never inserted is ignored.
+        await store.saveWebhook({ jobId: uuidv7(), url: 'https://hooks.example.com/c', secret: null });
+        assert.deepEqual(await store.getWebhook({ jobId: quiet.id }), { jobId: quiet.id, url: 'https://hooks.example.com/b', secret: null });
+        assert.equal(await store.getWebhook({ jobId: uuidv7() }), null);
+        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
+        assert.ok(await apply({ id: r.id, from: 'running', to: 'failed', lease: r.lease, reason: 'fatal', at: T0 + 5, patch: { finishedAt: T0 + 5 } }));
+        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), [{ jobId: r.id, tenant: 'acme', state: 'failed', finishedAt: T0 + 5 }]);
+        await store.markWebhookEvent({ jobId: r.id, finishedAt: T0 + 5 });
+        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
+        // Manual retry: re-armed, but the same end is not reported twice.
+        await store.rearmWebhook({ jobId: r.id });
+        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
+        assert.ok(await apply({ id: r.id, from: 'failed', to: 'queued', reason: 'manual retry', at: T0 + 6, patch: { finishedAt: null, runAt: T0 + 6 } }));
+        const again = await claimOne({ types: [{ type: r.type }], now: T0 + 7 });
+        assert.ok(await apply({ id: r.id, from: 'running', to: 'succeeded', lease: again.lease, reason: 'done', at: T0 + 9, patch: { finishedAt: T0 + 9 } }));
+        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), [{ jobId: r.id, tenant: 'acme', state: 'succeeded', finishedAt: T0 + 9 }]);
+        await store.deleteWebhook({ jobId: r.id });
+        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
+      });
+
+      it('keeps the delivery log per job, oldest first', async () => {
+        const j = await insert();
+        const entry = (attempt: number, ok: boolean) => ({
+          jobId: j.id,
+          deliveryId: uuidv7(),
+          eventType: 'job.succeeded',
+          attempt,
+          at: T0 + attempt,
+          url: 'https://hooks.example.com/a',
+          status: ok ? 200 : null,
+          ok,
+          error: ok ? null : 'timed out after 10000 ms',
+          durationMs: 12,
+          responseSnippet: ok ? 'thanks' : null,
+        });
+        const first = entry(1, false);
+        const second = entry(2, true);
+        await store.recordWebhookDelivery(first);
+        await store.recordWebhookDelivery(second);
+        await store.recordWebhookDelivery({ ...entry(1, true), jobId: uuidv7() });
+        assert.deepEqual(await store.listWebhookDeliveries({ jobId: j.id, limit: 10 }), [first, second]);
+        assert.deepEqual(await store.listWebhookDeliveries({ jobId: j.id, limit: 1 }), [first]);
+        assert.deepEqual(await store.listWebhookDeliveries({ jobId: 'nope', limit: 10 }), []);
+      });
+    });
+
     describe('migrate', () => {
       it('running it again is a no-op that keeps the data', async () => {
         const j = await insert();

@@ -174,6 +174,48 @@ export interface Activity {
   durations: Array<{ type: string; ms: number }>;
 }
 
+/** A result file recorded on a job (see src/blobs/results.ts), with its download count. */
+export interface ResultFileRecord {
+  name: string;
+  size: number;
+  contentType: string;
+  sha256: string;
+  /** Where the bytes are in blob storage. */
+  key: string;
+  downloads: number;
+}
+
+/** A job's webhook target. The secret is null when the server's LONGHAUL_WEBHOOK_SECRET applies. */
+export interface WebhookTarget {
+  jobId: string;
+  url: string;
+  secret: string | null;
+}
+
+/** A job that reached succeeded, failed or cancelled and whose webhook event is not yet enqueued. */
+export interface WebhookEvent {
+  jobId: string;
+  tenant: string;
+  state: JobState;
+  finishedAt: number;
+}
+
+/** One delivery attempt, as the delivery log shows it. Never holds the secret. */
+export interface WebhookDeliveryEntry {
+  jobId: string;
+  /** The internal delivery job (its id is the event's `webhook-id`). */
+  deliveryId: string;
+  eventType: string;
+  attempt: number;
+  at: number;
+  url: string;
+  status: number | null;
+  ok: boolean;
+  error: string | null;
+  durationMs: number;
+  responseSnippet: string | null;
+}
+
 export interface Store {
   readonly dialect: 'sqlite' | 'postgres';
   /** Creates or upgrades the schema; safe to run concurrently from several processes. */
@@ -216,4 +258,31 @@ export interface Store {
    * without it (SQLite) let every sweeper run.
    */
   tryAcquireSweeperLock?(): Promise<boolean>;
+
+  // ---- result files (issue 5) ----------------------------------------------------------
+  /** Records a result file on a running job under its lease, replacing one of the same name; false when the lease is gone. */
+  recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean>;
+  /** Removes the result file `name` under the lease (no-op when absent); false when the lease is gone. */
+  unrecordResult(params: LeaseRef & { name: string }): Promise<boolean>;
+  /** The result files of each job (in recording order); jobs without files are absent from the map. */
+  listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>>;
+  /** Forgets every result file of the job (after its blobs were deleted). */
+  deleteResults(params: { id: string }): Promise<void>;
+  /** Counts one download of the job's result file `name`. */
+  countDownload(params: { id: string; name: string }): Promise<void>;
+
+  // ---- webhooks (issue 5) --------------------------------------------------------------
+  /** Saves the webhook target of a job (before the job is inserted: a target without a job is ignored). */
+  saveWebhook(params: WebhookTarget): Promise<void>;
+  deleteWebhook(params: { jobId: string }): Promise<void>;
+  getWebhook(params: { jobId: string }): Promise<WebhookTarget | null>;
+  /** Jobs with a webhook that ended (succeeded, failed, cancelled) since their last event was enqueued. */
+  pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]>;
+  /** The event of the job's end at `finishedAt` is enqueued: it is not pending any more. */
+  markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void>;
+  /** The job runs again (manual retry): its next end sends an event again. */
+  rearmWebhook(params: { jobId: string }): Promise<void>;
+  recordWebhookDelivery(params: WebhookDeliveryEntry): Promise<void>;
+  /** The job's delivery log, oldest first. */
+  listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]>;
 }

@@ -37,10 +37,14 @@ import type {
   LeaseRef,
   ListJobsParams,
   NewJob,
+  ResultFileRecord,
   SqlTransaction,
   Store,
   SweepParams,
   TransitionParams,
+  WebhookDeliveryEntry,
+  WebhookEvent,
+  WebhookTarget,
 } from '../store.js';
 import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
@@ -704,5 +708,136 @@ export class PostgresStore implements Store {
   /** The LISTEN connection's state (tests, health checks). */
   get listenState(): { connected: boolean; backendPid: number | null } {
     return { connected: this.listener.connected, backendPid: this.listener.backendPid };
+  }
+
+  // ---- result files and webhooks (issue 5) --------------------------------------------------
+
+  async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
+    if (!isUuid(params.id)) return false;
+    const f = params.file;
+    const s = this.s;
+    // The job row is locked FOR SHARE: a transition taking the lease away waits, or this sees it.
+    const res = await this.pool.query(
+      `WITH held AS (SELECT j.id FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE)
+       INSERT INTO ${s}.job_results (job_id, name, seq, size, content_type, sha256, key, created_at)
+       SELECT held.id, $3, (SELECT coalesce(max(r.seq), 0) + 1 FROM ${s}.job_results r WHERE r.job_id = held.id), $4, $5, $6, $7, $8 FROM held
+       ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, content_type = excluded.content_type,
+         sha256 = excluded.sha256, key = excluded.key, created_at = excluded.created_at`,
+      [params.id, params.lease, f.name, f.size, f.contentType, f.sha256, f.key, params.now],
+    );
+    return res.rowCount === 1;
+  }
+
+  async unrecordResult(params: LeaseRef & { name: string }): Promise<boolean> {
+    if (!isUuid(params.id)) return false;
+    const s = this.s;
+    const res = await this.pool.query(
+      `WITH held AS (SELECT j.id FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE),
+       gone AS (DELETE FROM ${s}.job_results r USING held WHERE r.job_id = held.id AND r.name = $3)
+       SELECT count(*)::integer FROM held`,
+      [params.id, params.lease, params.name],
+    );
+    return Number(res.rows[0]?.count ?? 0) === 1;
+  }
+
+  async listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>> {
+    const out = new Map<string, ResultFileRecord[]>();
+    const ids = params.ids.filter(isUuid);
+    if (ids.length === 0) return out;
+    const rows = await this.rows(
+      'list_results',
+      `SELECT job_id::text, name, size, content_type, sha256, key, downloads FROM ${this.s}.job_results
+       WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, seq`,
+      [ids],
+    );
+    for (const r of rows) {
+      const jobId = r[0] as string;
+      const list = out.get(jobId) ?? [];
+      list.push({ name: r[1] as string, size: Number(r[2]), contentType: r[3] as string, sha256: r[4] as string, key: r[5] as string, downloads: Number(r[6]) });
+      out.set(jobId, list);
+    }
+    return out;
+  }
+
+  async deleteResults(params: { id: string }): Promise<void> {
+    if (!isUuid(params.id)) return;
+    await this.pool.query(`DELETE FROM ${this.s}.job_results WHERE job_id = $1`, [params.id]);
+  }
+
+  async countDownload(params: { id: string; name: string }): Promise<void> {
+    if (!isUuid(params.id)) return;
+    await this.pool.query(`UPDATE ${this.s}.job_results SET downloads = downloads + 1 WHERE job_id = $1 AND name = $2`, [params.id, params.name]);
+  }
+
+  async saveWebhook(params: WebhookTarget): Promise<void> {
+    await this.pool.query(
+      `INSERT INTO ${this.s}.job_webhooks (job_id, url, secret) VALUES ($1, $2, $3)
+       ON CONFLICT (job_id) DO UPDATE SET url = excluded.url, secret = excluded.secret, pending = true, notified_finished_at = NULL`,
+      [params.jobId, params.url, params.secret],
+    );
+  }
+
+  async deleteWebhook(params: { jobId: string }): Promise<void> {
+    if (!isUuid(params.jobId)) return;
+    await this.pool.query(`DELETE FROM ${this.s}.job_webhooks WHERE job_id = $1`, [params.jobId]);
+  }
+
+  async getWebhook(params: { jobId: string }): Promise<WebhookTarget | null> {
+    if (!isUuid(params.jobId)) return null;
+    const res = await this.pool.query<{ url: string; secret: string | null }>(`SELECT url, secret FROM ${this.s}.job_webhooks WHERE job_id = $1`, [params.jobId]);
+    const row = res.rows[0];
+    return row ? { jobId: params.jobId, url: row.url, secret: row.secret } : null;
+  }
+
+  async pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]> {
+    const rows = await this.rows(
+      'pending_webhooks',
+      `SELECT j.id::text, j.tenant, j.state, j.finished_at FROM ${this.s}.job_webhooks w JOIN ${this.s}.jobs j ON j.id = w.job_id
+       WHERE w.pending AND j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at IS NOT NULL
+         AND w.notified_finished_at IS DISTINCT FROM j.finished_at
+       ORDER BY j.finished_at LIMIT $1`,
+      [Math.max(1, Math.floor(params.limit))],
+    );
+    return rows.map((r) => ({ jobId: r[0] as string, tenant: r[1] as string, state: r[2] as JobState, finishedAt: Number(r[3]) }));
+  }
+
+  async markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void> {
+    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = false, notified_finished_at = $2 WHERE job_id = $1`, [params.jobId, params.finishedAt]);
+  }
+
+  async rearmWebhook(params: { jobId: string }): Promise<void> {
+    if (!isUuid(params.jobId)) return;
+    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = true WHERE job_id = $1`, [params.jobId]);
+  }
+
+  async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
+    await this.pool.query(
+      `INSERT INTO ${this.s}.webhook_deliveries (job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+      [e.jobId, e.deliveryId, e.eventType, e.attempt, e.at, e.url, e.status, e.ok, e.error, Math.round(e.durationMs), e.responseSnippet],
+    );
+  }
+
+  async listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]> {
+    if (!isUuid(params.jobId)) return [];
+    const rows = await this.rows(
+      'list_deliveries',
+      `SELECT job_id::text, delivery_id::text, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet
+       FROM ${this.s}.webhook_deliveries WHERE job_id = $1 ORDER BY seq LIMIT $2`,
+      [params.jobId, Math.max(1, Math.floor(params.limit))],
+    );
+    return rows.map((r) => ({
+      jobId: r[0] as string,
+      deliveryId: r[1] as string,
+      eventType: r[2] as string,
+      attempt: Number(r[3]),
+      at: Number(r[4]),
+      url: r[5] as string,
+      status: r[6] === null ? null : Number(r[6]),
+      ok: r[7] === true,
+      error: (r[8] as string | null) ?? null,
+      durationMs: Number(r[9]),
+      responseSnippet: (r[10] as string | null) ?? null,
+    }));
   }
 }

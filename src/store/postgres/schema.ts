@@ -272,4 +272,42 @@ export const MIGRATIONS: readonly string[] = [
   END
   $fn$;
   `,
+  // 2: result files, webhook targets and the webhook delivery log (issue 5)
+  `
+  CREATE TABLE {s}.job_results (
+    job_id uuid NOT NULL,
+    name text COLLATE "C" NOT NULL,
+    seq integer NOT NULL,
+    size bigint NOT NULL,
+    content_type text NOT NULL,
+    sha256 text NOT NULL,
+    key text NOT NULL,
+    downloads integer NOT NULL DEFAULT 0,
+    created_at bigint NOT NULL,
+    PRIMARY KEY (job_id, name)
+  );
+  CREATE TABLE {s}.job_webhooks (
+    job_id uuid PRIMARY KEY,
+    url text NOT NULL,
+    secret text,
+    pending boolean NOT NULL DEFAULT true,
+    notified_finished_at bigint
+  );
+  CREATE INDEX job_webhooks_pending ON {s}.job_webhooks (job_id) WHERE pending;
+  CREATE TABLE {s}.webhook_deliveries (
+    seq bigserial PRIMARY KEY,
+    job_id uuid NOT NULL,
+    delivery_id uuid NOT NULL,
+    event_type text NOT NULL,
+    attempt integer NOT NULL,
+    at bigint NOT NULL,
+    url text NOT NULL,
+    status integer,
+    ok boolean NOT NULL,
+    error text,
+    duration_ms integer NOT NULL,
+    response_snippet text
+  );
+  CREATE INDEX webhook_deliveries_job ON {s}.webhook_deliveries (job_id, seq);
+  `,
 ];

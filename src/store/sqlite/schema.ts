@@ -55,4 +55,42 @@ export const MIGRATIONS: readonly string[] = [
     updated_at INTEGER NOT NULL
   ) WITHOUT ROWID;
   `,
+  // 2: result files, webhook targets and the webhook delivery log (issue 5)
+  `
+  CREATE TABLE job_results (
+    job_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    content_type TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    key TEXT NOT NULL,
+    downloads INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (job_id, name)
+  ) WITHOUT ROWID;
+  CREATE TABLE job_webhooks (
+    job_id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    secret TEXT,
+    pending INTEGER NOT NULL DEFAULT 1,
+    notified_finished_at INTEGER
+  ) WITHOUT ROWID;
+  CREATE INDEX job_webhooks_pending ON job_webhooks (job_id) WHERE pending = 1;
+  CREATE TABLE webhook_deliveries (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    status INTEGER,
+    ok INTEGER NOT NULL,
+    error TEXT,
+    duration_ms INTEGER NOT NULL,
+    response_snippet TEXT
+  );
+  CREATE INDEX webhook_deliveries_job ON webhook_deliveries (job_id, seq);
+  `,
 ];

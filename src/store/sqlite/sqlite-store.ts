@@ -30,9 +30,13 @@ import type {
   LeaseRef,
   ListJobsParams,
   NewJob,
+  ResultFileRecord,
   Store,
   SweepParams,
   TransitionParams,
+  WebhookDeliveryEntry,
+  WebhookEvent,
+  WebhookTarget,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
 import { jobFromJson, jobJson, queueOrder } from './rows.js';
@@ -592,5 +596,118 @@ export class SqliteStore implements Store {
     const changed = v !== this.lastDataVersion;
     this.lastDataVersion = v;
     return changed;
+  }
+
+  // ---- result files and webhooks (issue 5) ------------------------------------------------
+
+  async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
+    const f = params.file;
+    return this.write(
+      () =>
+        this.stmt(
+          `INSERT INTO job_results (job_id, name, seq, size, content_type, sha256, key, created_at)
+           SELECT j.id, ?, (SELECT coalesce(max(r.seq), 0) + 1 FROM job_results r WHERE r.job_id = j.id), ?, ?, ?, ?, ?
+           FROM jobs j WHERE j.id = ? AND j.lease = ? AND j.state = 'running'
+           ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, content_type = excluded.content_type,
+             sha256 = excluded.sha256, key = excluded.key, created_at = excluded.created_at`,
+        ).run(f.name, f.size, f.contentType, f.sha256, f.key, params.now, params.id, params.lease).changes === 1,
+    );
+  }
+
+  async unrecordResult(params: LeaseRef & { name: string }): Promise<boolean> {
+    return this.write(() => {
+      const held = this.stmt("SELECT 1 FROM jobs WHERE id = ? AND lease = ? AND state = 'running'").get(params.id, params.lease);
+      if (!held) return false;
+      this.stmt('DELETE FROM job_results WHERE job_id = ? AND name = ?').run(params.id, params.name);
+      return true;
+    });
+  }
+
+  async listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>> {
+    const out = new Map<string, ResultFileRecord[]>();
+    if (params.ids.length === 0) return out;
+    const rows = this.stmt(
+      `SELECT job_id, name, size, content_type, sha256, key, downloads FROM job_results
+       WHERE job_id IN (SELECT value FROM json_each(?)) ORDER BY job_id, seq`,
+    ).all(JSON.stringify(params.ids)) as { job_id: string; name: string; size: number; content_type: string; sha256: string; key: string; downloads: number }[];
+    for (const r of rows) {
+      const list = out.get(r.job_id) ?? [];
+      list.push({ name: r.name, size: r.size, contentType: r.content_type, sha256: r.sha256, key: r.key, downloads: r.downloads });
+      out.set(r.job_id, list);
+    }
+    return out;
+  }
+
+  async deleteResults(params: { id: string }): Promise<void> {
+    this.write(() => this.stmt('DELETE FROM job_results WHERE job_id = ?').run(params.id));
+  }
+
+  async countDownload(params: { id: string; name: string }): Promise<void> {
+    this.write(() => this.stmt('UPDATE job_results SET downloads = downloads + 1 WHERE job_id = ? AND name = ?').run(params.id, params.name));
+  }
+
+  async saveWebhook(params: WebhookTarget): Promise<void> {
+    this.write(() =>
+      this.stmt(
+        `INSERT INTO job_webhooks (job_id, url, secret) VALUES (?, ?, ?)
+         ON CONFLICT (job_id) DO UPDATE SET url = excluded.url, secret = excluded.secret, pending = 1, notified_finished_at = NULL`,
+      ).run(params.jobId, params.url, params.secret),
+    );
+  }
+
+  async deleteWebhook(params: { jobId: string }): Promise<void> {
+    this.write(() => this.stmt('DELETE FROM job_webhooks WHERE job_id = ?').run(params.jobId));
+  }
+
+  async getWebhook(params: { jobId: string }): Promise<WebhookTarget | null> {
+    const row = this.stmt('SELECT url, secret FROM job_webhooks WHERE job_id = ?').get(params.jobId) as { url: string; secret: string | null } | undefined;
+    return row ? { jobId: params.jobId, url: row.url, secret: row.secret } : null;
+  }
+
+  async pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]> {
+    const rows = this.stmt(
+      `SELECT j.id, j.tenant, j.state, j.finished_at FROM job_webhooks w JOIN jobs j ON j.id = w.job_id
+       WHERE w.pending = 1 AND j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at IS NOT NULL
+         AND (w.notified_finished_at IS NULL OR w.notified_finished_at <> j.finished_at)
+       ORDER BY j.finished_at LIMIT ?`,
+    ).all(Math.max(1, Math.floor(params.limit))) as { id: string; tenant: string; state: JobState; finished_at: number }[];
+    return rows.map((r) => ({ jobId: r.id, tenant: r.tenant, state: r.state, finishedAt: r.finished_at }));
+  }
+
+  async markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void> {
+    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 0, notified_finished_at = ? WHERE job_id = ?').run(params.finishedAt, params.jobId));
+  }
+
+  async rearmWebhook(params: { jobId: string }): Promise<void> {
+    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 1 WHERE job_id = ?').run(params.jobId));
+  }
+
+  async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
+    this.write(() =>
+      this.stmt(
+        `INSERT INTO webhook_deliveries (job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      ).run(e.jobId, e.deliveryId, e.eventType, e.attempt, e.at, e.url, e.status, e.ok ? 1 : 0, e.error, e.durationMs, e.responseSnippet),
+    );
+  }
+
+  async listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]> {
+    const rows = this.stmt(
+      `SELECT job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet
+       FROM webhook_deliveries WHERE job_id = ? ORDER BY seq LIMIT ?`,
+    ).all(params.jobId, Math.max(1, Math.floor(params.limit))) as Record<string, unknown>[];
+    return rows.map((r) => ({
+      jobId: r.job_id as string,
+      deliveryId: r.delivery_id as string,
+      eventType: r.event_type as string,
+      attempt: r.attempt as number,
+      at: r.at as number,
+      url: r.url as string,
+      status: (r.status as number | null) ?? null,
+      ok: r.ok === 1,
+      error: (r.error as string | null) ?? null,
+      durationMs: r.duration_ms as number,
+      responseSnippet: (r.response_snippet as string | null) ?? null,
+    }));
   }
 }
