@@ -1,4 +1,6 @@
 /** Longhaul's public entry point. */
+export type { ResultFile, ResultsHandle, UploadInfo, UploadsHandle } from './blobs/handles.js';
+export type { JobFilesOptions } from './blobs/job-files.js';
 export { JobBus, type JobEventName, type JobEvents } from './channel/bus.js';
 export { DEFAULTS, type LonghaulConfig, resolveConfig } from './config.js';
 export { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './core/backoff.js';
@@ -17,12 +19,14 @@ export {
   UnknownTaskError,
 } from './core/errors.js';
 export { uuidv7 } from './core/ids.js';
-export type { JobSnapshot, Priority } from './core/job.js';
+export type { JobSnapshot, Priority, ResultFileLink } from './core/job.js';
 export type { Progress, ProgressUpdate } from './core/progress.js';
 export { canTransition, isTerminal, JOB_STATES, type JobState, TERMINAL_STATES } from './core/states.js';
-export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WorkerHandle } from './longhaul.js';
+export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WebhookDelivery, type WorkerHandle } from './longhaul.js';
 export { PostgresStore } from './store/postgres/postgres-store.js';
 export { SqliteStore } from './store/sqlite/sqlite-store.js';
 export type { SqlTransaction, Store } from './store/store.js';
 export { collectTasks, defineTask, type Task, type TaskContext } from './tasks/define.js';
+export { generateWebhookSecret, webhookSignature } from './webhooks/signing.js';
+export { InvalidWebhookError, type WebhookConfigOptions, type WebhookOption, WebhookRefusedError } from './webhooks/service.js';
 export { JobAbortedError, LeaseLostError } from './worker/abort.js';

@@ -5,6 +5,9 @@
  */
 import { createHash } from 'node:crypto';
 import pino, { type Logger } from 'pino';
+import { JobFiles, type JobFilesOptions, lazyResults, lazyUploads } from './blobs/job-files.js';
+import type { StoredResultFile } from './blobs/results.js';
+import { sweepExpiredUploads } from './blobs/uploads.js';
 import { JobBus } from './channel/bus.js';
 import { type LonghaulConfig, resolveConfig } from './config.js';
 import {
@@ -27,6 +30,16 @@ import type { InsertResult, NewJob, SqlTransaction, Store } from './store/store.
 import { Sweeper } from './sweeper/sweeper.js';
 import { collectTasks, isTask, type Task } from './tasks/define.js';
 import { validateInput } from './tasks/schema.js';
+import {
+  checkWebhookOption,
+  dispatchWebhookEvents,
+  INTERNAL_TENANT,
+  resolveWebhookConfig,
+  type WebhookConfig,
+  type WebhookConfigOptions,
+  type WebhookOption,
+  webhookTask,
+} from './webhooks/service.js';
 import { Worker, type WorkerOptions } from './worker/runtime.js';
 
 export interface OpenOptions extends Partial<LonghaulConfig> {
@@ -36,6 +49,10 @@ export interface OpenOptions extends Partial<LonghaulConfig> {
   /** Tasks: an array, an object of tasks, or an imported tasks module. */
   tasks?: readonly Task[] | Record<string, unknown>;
   logger?: Logger;
+  /** Blob storage of result files and uploads (default: from LONGHAUL_BLOB_DIR / LONGHAUL_S3_*; opened on first use). */
+  files?: JobFilesOptions;
+  /** Webhook delivery settings (default: from LONGHAUL_WEBHOOK_*). */
+  webhooks?: WebhookConfigOptions;
 }
 
 export interface SubmitOptions {
@@ -49,6 +66,12 @@ export interface SubmitOptions {
   idempotencyKey?: string;
   tenant?: string;
   parentId?: string;
+  /**
+   * Notify this URL (Standard Webhooks) when the job succeeds, fails or is cancelled. The URL
+   * must pass the SSRF guard (a `WebhookRefusedError`, 422, otherwise); `secret` (whsec_...)
+   * defaults to LONGHAUL_WEBHOOK_SECRET.
+   */
+  webhook?: WebhookOption;
   /**
    * PostgreSQL only: a `pg` client (Client, or PoolClient from `pool.connect()`) with an open
    * transaction. The job is inserted in that transaction: a rollback leaves no job, and workers
@@ -92,6 +115,20 @@ export interface WorkerHandle {
   readonly stats: Worker['stats'];
   stop(options?: { drainMs?: number }): Promise<void>;
   idle(): Promise<void>;
+}
+
+/** One webhook delivery attempt, as `GET /v1/jobs/{id}/webhooks` lists it. */
+export interface WebhookDelivery {
+  deliveryId: string;
+  event: string;
+  attempt: number;
+  at: string;
+  url: string;
+  status: number | null;
+  ok: boolean;
+  error: string | null;
+  durationMs: number;
+  response: string | null;
 }
 
 export interface JobStats {
@@ -151,6 +188,13 @@ export class Longhaul {
   );
   private closed = false;
   private signalCleanup: (() => void) | null = null;
+  private filesPromise: Promise<JobFiles> | null = null;
+  readonly webhookConfig: WebhookConfig;
+  /** Internal tasks every worker of this instance runs besides the user's (webhook delivery). */
+  private readonly internalTasks: Task[];
+  private dispatchOff: (() => void) | null = null;
+  private dispatching: Promise<void> | null = null;
+  private dispatchAgain = false;
 
   private constructor(
     readonly store: Store,
@@ -158,10 +202,26 @@ export class Longhaul {
     tasks: Task[],
     logger: Logger,
     private readonly ownsStore: boolean,
+    private readonly filesOptions: JobFilesOptions,
+    webhookConfig: WebhookConfig,
   ) {
     this.config = config;
     this.logger = logger;
     for (const t of tasks) this.taskMap.set(t.type, t);
+    this.webhookConfig = webhookConfig;
+    this.internalTasks = [
+      webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id) }),
+    ];
+  }
+
+  /** Blob storage of result files and uploads, opened on first use. */
+  files(): Promise<JobFiles> {
+    this.assertOpen();
+    this.filesPromise ??= JobFiles.open(this.config.database, this.filesOptions).catch((err) => {
+      this.filesPromise = null;
+      throw err;
+    });
+    return this.filesPromise;
   }
 
   static async open(options: OpenOptions = {}): Promise<Longhaul> {
@@ -174,8 +234,9 @@ export class Longhaul {
         ? new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger })
         : new SqliteStore({ path: config.database });
     }
+    const webhookConfig = resolveWebhookConfig(options.webhooks);
     await store.migrate();
-    return new Longhaul(store, config, tasks, logger, options.store === undefined);
+    return new Longhaul(store, config, tasks, logger, options.store === undefined, options.files ?? {}, webhookConfig);
   }
 
   /** Registers more tasks (e.g. a tasks module loaded after open). */
@@ -217,6 +278,7 @@ export class Longhaul {
       throw new InvalidOptionsError(`idempotencyKey must be a string of 1 to ${MAX_IDEMPOTENCY_KEY} characters`);
     }
     if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) throw new InvalidOptionsError('tenant must be a non-empty string');
+    if (tenant === INTERNAL_TENANT) throw new InvalidOptionsError(`tenant "${INTERNAL_TENANT}" is reserved for internal jobs`);
     let value: unknown = input === undefined || input === null ? null : jsonCopy(input, 'input');
     if (task.input !== undefined) {
       const checked = await validateInput(task.input, input === undefined ? undefined : value);
@@ -228,7 +290,19 @@ export class Longhaul {
       idempotencyKey === undefined
         ? null
         : createHash('sha256')
-            .update(canonicalJson({ type, input: input ?? null, priority, runAt: runAt === undefined ? undefined : when, delayMs, maxAttempts, timeoutMs, metadata }))
+            .update(
+              canonicalJson({
+                type,
+                input: input ?? null,
+                priority,
+                runAt: runAt === undefined ? undefined : when,
+                delayMs,
+                maxAttempts,
+                timeoutMs,
+                metadata,
+                webhook: options.webhook === undefined ? undefined : (options.webhook as { url?: unknown })?.url,
+              }),
+            )
             .digest('base64url');
     return {
       id: uuidv7(now),
@@ -255,12 +329,25 @@ export class Longhaul {
   async enqueue(type: string, input?: unknown, options: SubmitOptions = {}): Promise<{ job: JobSnapshot; replayed: boolean }> {
     this.assertOpen();
     const job = await this.prepare(type, input, options, Date.now());
-    if (options.tx !== undefined) {
-      if (this.store.dialect !== 'postgres') throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
-      const maxBacklog = this.config.maxQueued;
-      return this.afterInsert(await this.store.insertJob({ job, tx: options.tx, ...(maxBacklog === undefined ? {} : { maxBacklog }) }), job, false);
+    const webhook = options.webhook === undefined ? null : await checkWebhookOption(options.webhook, this.webhookConfig);
+    if (options.tx !== undefined && this.store.dialect !== 'postgres') throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
+    // The target is saved first, under the new job's id: a target whose job never gets inserted
+    // (refused, rolled back, process killed) is ignored, as events join it with the job.
+    if (webhook) await this.store.saveWebhook({ jobId: job.id, ...webhook });
+    let res: InsertResult;
+    try {
+      if (options.tx !== undefined) {
+        const maxBacklog = this.config.maxQueued;
+        res = await this.store.insertJob({ job, tx: options.tx, ...(maxBacklog === undefined ? {} : { maxBacklog }) });
+      } else {
+        res = await this.inserts.add(job);
+      }
+    } catch (err) {
+      if (webhook) await this.store.deleteWebhook({ jobId: job.id }).catch(() => {});
+      throw err;
     }
-    return this.afterInsert(await this.inserts.add(job), job);
+    if (webhook && res.kind !== 'created') await this.store.deleteWebhook({ jobId: job.id });
+    return this.afterInsert(res, job, options.tx === undefined);
   }
 
   private afterInsert(res: InsertResult, job: NewJob, announce = true): { job: JobSnapshot; replayed: boolean } {
@@ -286,18 +373,24 @@ export class Longhaul {
     this.assertOpen();
     const now = Date.now();
     const prepared: NewJob[] = [];
-    for (const j of jobs) prepared.push(await this.prepare(j.type, j.input, j.options ?? {}, now));
+    const webhooks: ({ url: string; secret: string | null } | null)[] = [];
+    for (const j of jobs) {
+      prepared.push(await this.prepare(j.type, j.input, j.options ?? {}, now));
+      webhooks.push(j.options?.webhook === undefined ? null : await checkWebhookOption(j.options.webhook, this.webhookConfig));
+    }
     const txs = new Set(jobs.map((j) => j.options?.tx));
     if (txs.size > 1) throw new InvalidOptionsError('submitMany takes one tx for the whole batch or none');
     const [tx] = txs;
     if (tx !== undefined && this.store.dialect !== 'postgres') {
       throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
     }
+    for (const [i, w] of webhooks.entries()) if (w) await this.store.saveWebhook({ jobId: (prepared[i] as NewJob).id, ...w });
     const results = await this.store.insertJobs({
       jobs: prepared,
       ...(this.config.maxQueued === undefined ? {} : { maxBacklog: this.config.maxQueued }),
       ...(tx === undefined ? {} : { tx }),
     });
+    for (const [i, r] of results.entries()) if (webhooks[i] && r.kind !== 'created') await this.store.deleteWebhook({ jobId: (prepared[i] as NewJob).id });
     return results.map((r, i) => this.afterInsert(r, prepared[i] as NewJob, tx === undefined).job);
   }
 
@@ -306,7 +399,60 @@ export class Longhaul {
   async get(id: string, scope: TenantScope = {}): Promise<JobSnapshot | null> {
     this.assertOpen();
     const job = await this.store.getJob({ id, ...scope });
-    return job ? toSnapshot(job) : null;
+    return job ? ((await this.snapshots([job]))[0] as JobSnapshot) : null;
+  }
+
+  /** Snapshots with their result files' signed URLs. */
+  private async snapshots(jobs: JobRecord[]): Promise<JobSnapshot[]> {
+    const snaps = jobs.map((j) => toSnapshot(j));
+    // Files exist only once an attempt ran; an expired job's are gone.
+    const ids = jobs.filter((j) => j.attempts > 0 && j.state !== 'expired').map((j) => j.id);
+    if (ids.length === 0) return snaps;
+    const files = await this.store.listResults({ ids });
+    if (files.size === 0) return snaps;
+    let jf: JobFiles;
+    let signer: Awaited<ReturnType<JobFiles['signer']>>;
+    try {
+      jf = await this.files();
+      signer = await jf.signer();
+    } catch (err) {
+      this.logger.warn({ err }, 'result files cannot be linked: blob storage or URL signing is not configured');
+      return snaps;
+    }
+    const now = Date.now();
+    return snaps.map((s) => {
+      const f = files.get(s.id);
+      return f ? jf.decorate(s, f, signer, now) : s;
+    });
+  }
+
+  /** The state and recorded files of a job (result routes); `tenant` null means any tenant. */
+  async resultFiles(id: string, tenant: string | null): Promise<{ state: JobState; files: StoredResultFile[]; expiresAt: number | null } | null> {
+    this.assertOpen();
+    const job = await this.store.getJob({ id, ...(tenant === null ? {} : { tenant }) });
+    if (!job) return null;
+    const files = job.state === 'expired' ? [] : ((await this.store.listResults({ ids: [id] })).get(id) ?? []);
+    return { state: job.state, files, expiresAt: job.expiresAt };
+  }
+
+  /** The webhook delivery log of a job (oldest first). */
+  async webhookDeliveries(id: string, scope: TenantScope = {}): Promise<WebhookDelivery[]> {
+    this.assertOpen();
+    const job = await this.store.getJob({ id, ...scope });
+    if (!job) throw new JobNotFoundError(id);
+    const entries = await this.store.listWebhookDeliveries({ jobId: id, limit: 1000 });
+    return entries.map((e) => ({
+      deliveryId: e.deliveryId,
+      event: e.eventType,
+      attempt: e.attempt,
+      at: new Date(e.at).toISOString(),
+      url: e.url,
+      status: e.status,
+      ok: e.ok,
+      error: e.error,
+      durationMs: e.durationMs,
+      response: e.responseSnippet,
+    }));
   }
 
   async list(options: ListOptions = {}): Promise<{ items: JobSnapshot[]; nextCursor: string | null }> {
@@ -328,7 +474,7 @@ export class Longhaul {
       if ((err as Error).message === 'invalid cursor') throw new InvalidOptionsError('cursor is invalid');
       throw err;
     }
-    return { items: page.items.map((j) => toSnapshot(j)), nextCursor: page.nextCursor };
+    return { items: await this.snapshots(page.items), nextCursor: page.nextCursor };
   }
 
   async transitions(id: string, scope: TenantScope = {}): Promise<PublicTransition[]> {
@@ -407,6 +553,8 @@ export class Longhaul {
     this.assertOpen();
     const job = await this.mustGet(id, scope);
     if (job.state !== 'failed' && job.state !== 'cancelled') throw new JobStateConflictError(id, job.state, 'retry');
+    // Before the transition: the next end of the job sends an event again (the one already sent is not repeated).
+    await this.store.rearmWebhook({ jobId: id });
     const now = Date.now();
     const [ok] = await this.store.transition({
       items: [
@@ -466,7 +614,7 @@ export class Longhaul {
             pushed = null;
             const job = await this.store.getJob({ id, ...scope });
             if (!job) throw new JobNotFoundError(id);
-            snap = toSnapshot(job);
+            snap = (await this.snapshots([job]))[0] as JobSnapshot;
             // A store read may lag a progress event already seen: never step progress back.
             if (last && last.status === snap.status && last.progress.updatedAt && snap.progress.updatedAt && last.progress.updatedAt > snap.progress.updatedAt) {
               snap = { ...snap, progress: last.progress };
@@ -538,19 +686,74 @@ export class Longhaul {
         logger: this.logger,
         intervalMs: this.config.sweepIntervalMs,
         cancelDrainMs: this.config.cancelDrainMs,
+        expireFiles: async (jobs) => {
+          // Only jobs whose files were ever touched need blob storage opened.
+          const files = await this.store.listResults({ ids: jobs.map((j) => j.id) });
+          if (files.size === 0 && !this.filesPromise) return;
+          const jf = await this.files();
+          for (const job of jobs) await jf.deleteJobFiles(this.store, job.id);
+        },
+        maintenance: () => this.dispatchWebhooks(),
+        everyPass: async (now) => {
+          // Uploads expire where blob storage is open (API servers open it to accept uploads).
+          if (this.filesPromise) {
+            const jf = await this.filesPromise;
+            await sweepExpiredUploads(jf.blobs, now);
+          }
+        },
       });
       this.sweeper.start();
+      // A job that ends in this process has its webhook enqueued at once, not at the next sweep.
+      this.dispatchOff = this.bus.on('job:changed', (e) => {
+        if (e.to === 'succeeded' || e.to === 'failed' || e.to === 'cancelled') this.dispatchWebhooks().catch((err) => this.logger.error({ err }, 'webhook dispatch failed'));
+      });
     }
     return this.sweeper;
+  }
+
+  /** Enqueues the delivery jobs of pending webhook events (coalesced: one run at a time, plus one more if asked meanwhile). */
+  dispatchWebhooks(): Promise<void> {
+    if (this.dispatching) {
+      this.dispatchAgain = true;
+      return this.dispatching;
+    }
+    this.dispatching = (async () => {
+      try {
+        do {
+          this.dispatchAgain = false;
+          if (this.closed) return;
+          await dispatchWebhookEvents({
+            store: this.store,
+            config: this.webhookConfig,
+            heartbeatTimeoutMs: this.config.heartbeatTimeoutMs,
+            logger: this.logger,
+            insert: async (job) => {
+              const res = await this.store.insertJob({ job });
+              if (res.kind === 'created') this.bus.emit('job:submitted', { job: res.job });
+              return res;
+            },
+          });
+        } while (this.dispatchAgain);
+      } finally {
+        this.dispatching = null;
+      }
+    })();
+    return this.dispatching;
   }
 
   async startWorker(options: StartWorkerOptions = {}): Promise<WorkerHandle> {
     this.assertOpen();
     if (this.taskMap.size === 0) throw new InvalidOptionsError('startWorker needs at least one task (pass tasks to Longhaul.open or register them)');
+    const files = () => this.files();
+    const store = this.store;
     const worker = new Worker({
       store: this.store,
       bus: this.bus,
-      tasks: this.taskMap,
+      tasks: new Map([...this.taskMap, ...this.internalTasks.map((t) => [t.type, t] as const)]),
+      files: {
+        results: (job, onLeaseLost) => lazyResults(async () => (await files()).results(store, job, onLeaseLost)),
+        uploads: (tenant) => lazyUploads(async () => (await files()).uploads(tenant)),
+      },
       logger: this.logger,
       defaults: { heartbeatIntervalMs: this.config.heartbeatIntervalMs, resultTtlMs: this.config.resultTtlMs },
       concurrency: options.concurrency ?? this.config.concurrency,
@@ -606,8 +809,13 @@ export class Longhaul {
     if (this.closed) return;
     await Promise.all([...this.workers].map((w) => w.stop(options.drainMs === undefined ? {} : { drainMs: options.drainMs })));
     await this.sweeper?.stop();
+    this.dispatchOff?.();
+    await this.dispatching?.catch(() => {});
     this.closed = true;
     this.signalCleanup?.();
+    const files = this.filesPromise;
+    this.filesPromise = null;
+    if (files) await (await files.catch(() => null))?.close();
     if (this.ownsStore) await this.store.close();
   }
 

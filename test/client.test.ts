@@ -254,6 +254,8 @@ function snap(id: string, status: JobState, seq: number, extra: Partial<JobSnaps
     progress: { percent: status === 'succeeded' ? 100 : null, stage: null, itemsDone: null, itemsTotal: null, message: null, eta: null, updatedAt: at },
     result: null,
     resultUrl: null,
+    results: [],
+    downloads: 0,
     error: null,
     attempts: status === 'queued' || status === 'pending' ? 0 : 1,
     maxAttempts: 3,

@@ -377,7 +377,7 @@ describe('csv.import', () => {
     try {
       const { results: _r, uploads: _u, ...bare } = makeRun<CsvImportCheckpoint>({ blobs }).ctx;
       await assert.rejects(
-        async () => csvImport.run({ uploadId: 'u1' }, bare),
+        async () => csvImport.run({ uploadId: 'u1' }, bare as unknown as Parameters<typeof csvImport.run>[1]),
         (err: unknown) => err instanceof FatalError && err.code === 'BLOBS_UNAVAILABLE',
       );
     } finally {

@@ -69,6 +69,14 @@ export interface TransitionEntry {
   workerId: string | null;
 }
 
+/** A result file as a snapshot lists it: `url` is a signed, expiring download URL. */
+export interface ResultFileLink {
+  name: string;
+  size: number;
+  contentType: string;
+  url: string;
+}
+
 /** The public view of a job, identical in the library API, HTTP and events. */
 export interface JobSnapshot {
   id: string;
@@ -80,6 +88,10 @@ export interface JobSnapshot {
   progress: Progress;
   result: unknown;
   resultUrl: string | null;
+  /** The job's result files with signed URLs (empty when it has none, or once it expired). */
+  results: ResultFileLink[];
+  /** Downloads of the job's result files so far (each download counted once). */
+  downloads: number;
   error: JobError | null;
   attempts: number;
   maxAttempts: number;
@@ -112,6 +124,8 @@ export function toSnapshot(job: JobRecord, basePath = '/v1/jobs'): JobSnapshot {
     progress,
     result: job.result ?? null,
     resultUrl: null,
+    results: [],
+    downloads: 0,
     error: job.error,
     attempts: job.attempts,
     maxAttempts: job.maxAttempts,

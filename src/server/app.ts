@@ -29,8 +29,11 @@ export interface ServerOptions {
   /** SSE keepalive comment interval. Default 15 000 ms. */
   keepaliveMs?: number;
   logger?: Logger | false;
-  /** Blob storage for uploads and result files; their routes exist only when this is given. */
-  files?: UploadRouteOptions & ResultRouteOptions;
+  /**
+   * Uploads and result files. Default `true`: the Longhaul instance's blob storage and URL
+   * signer (`lh.files()`); `false`: no upload or result routes; or explicit route options.
+   */
+  files?: (UploadRouteOptions & ResultRouteOptions) | boolean;
 }
 
 export interface AppContext {
@@ -171,9 +174,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerOpsRoutes(app, ctx);
   registerJobRoutes(app, ctx);
   registerStreamRoutes(app, ctx);
-  if (options.files) {
-    await registerUploadRoutes(app, options.files);
-    registerResultRoutes(app, options.files);
+  const files = options.files === undefined || options.files === true ? await filesOf(options.lh) : options.files;
+  if (files) {
+    await registerUploadRoutes(app, files);
+    registerResultRoutes(app, files);
   }
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
@@ -187,6 +191,19 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     ctx.feed.close();
   });
   return app;
+}
+
+/** The upload and result routes over the instance's blob storage; downloads are counted on the job. */
+async function filesOf(lh: Longhaul): Promise<UploadRouteOptions & ResultRouteOptions> {
+  const jf = await lh.files();
+  return {
+    blobs: jf.blobs,
+    signer: await jf.signer(),
+    maxUploadBytes: jf.limits.maxUploadBytes,
+    uploadTtlMs: jf.limits.uploadTtlMs,
+    getResultFiles: (id, tenant) => lh.resultFiles(id, tenant),
+    onDownload: (jobId, name) => lh.store.countDownload({ id: jobId, name }),
+  };
 }
 
 declare module 'fastify' {

@@ -35,7 +35,16 @@ export const snapshotSchema = {
     metadata: { type: ['object', 'null'], additionalProperties: true },
     progress: progressSchema,
     result: {},
-    resultUrl: nullableString,
+    resultUrl: { ...nullableString, description: "signed URL of the first result file (expires; fetch the job again for a fresh one)" },
+    results: {
+      type: 'array',
+      description: 'result files with signed, expiring URLs',
+      items: {
+        type: 'object',
+        properties: { name: { type: 'string' }, size: { type: 'integer' }, contentType: { type: 'string' }, url: { type: 'string' } },
+      },
+    },
+    downloads: { type: 'integer', description: "downloads of the job's result files" },
     error: {
       type: ['object', 'null'],
       properties: { message: { type: 'string' }, code: { type: 'string' }, retryable: { type: 'boolean' } },
@@ -91,6 +100,16 @@ export const submitBodySchema = {
     maxAttempts: { type: 'integer', minimum: 1, maximum: MAX_ATTEMPTS_LIMIT },
     timeoutMs: { type: 'integer', minimum: 1, maximum: MAX_TIMEOUT_MS, description: 'ms, at most 100 years' },
     metadata: { type: 'object', additionalProperties: true },
+    webhook: {
+      type: 'object',
+      required: ['url'],
+      additionalProperties: false,
+      description: 'notified (Standard Webhooks) when the job succeeds, fails or is cancelled',
+      properties: {
+        url: { type: 'string', minLength: 1, maxLength: 2048, description: 'http(s) URL; private and internal addresses are refused (422)' },
+        secret: { type: 'string', maxLength: 200, description: "whsec_<base64>; default: the server's LONGHAUL_WEBHOOK_SECRET" },
+      },
+    },
   },
 } as const;
 
@@ -149,6 +168,37 @@ export const routeSchemas = {
                 reason: { type: 'string' },
                 attempt: { type: 'integer' },
                 workerId: nullableString,
+              },
+            },
+          },
+        },
+      },
+      ...errors(401, 404),
+    },
+  },
+  webhooks: {
+    summary: "A job's webhook delivery log",
+    tags: ['jobs'],
+    params: idParams,
+    response: {
+      200: {
+        type: 'object',
+        properties: {
+          items: {
+            type: 'array',
+            items: {
+              type: 'object',
+              properties: {
+                deliveryId: { type: 'string' },
+                event: { type: 'string' },
+                attempt: { type: 'integer' },
+                at: { type: 'string', format: 'date-time' },
+                url: { type: 'string' },
+                status: { type: ['integer', 'null'] },
+                ok: { type: 'boolean' },
+                error: nullableString,
+                durationMs: { type: 'integer' },
+                response: nullableString,
               },
             },
           },

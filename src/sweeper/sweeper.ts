@@ -23,6 +23,15 @@ export interface SweeperOptions {
   cancelDrainMs?: number;
   /** Jobs handled per kind per pass. Default 500. */
   batchSize?: number;
+  /**
+   * Deletes the result files of succeeded jobs whose TTL elapsed, before they move to expired
+   * (so a crash in between leaves a job that the next pass expires again, never orphaned files).
+   */
+  expireFiles?: (jobs: JobRecord[]) => Promise<void>;
+  /** Runs at the end of every pass of the elected sweeper (webhook events). Its failure is logged, not fatal to the pass. */
+  maintenance?: (now: number) => Promise<void>;
+  /** Runs at the start of every pass in every process, elected or not (upload expiry: idempotent). */
+  everyPass?: (now: number) => Promise<void>;
   clock?: () => number;
 }
 
@@ -111,6 +120,13 @@ export class Sweeper {
     const { store } = this.options;
     const now = this.clock();
     const report: SweepReport = { promoted: 0, reaped: 0, timedOut: 0, forced: 0, stalled: 0, expired: 0 };
+    if (this.options.everyPass) {
+      try {
+        await this.options.everyPass(now);
+      } catch (err) {
+        this.options.logger.error({ err }, 'sweeper maintenance failed');
+      }
+    }
     // A store shared by several nodes (PostgreSQL) elects one sweeper; the others skip their pass.
     if (store.tryAcquireSweeperLock && !(await store.tryAcquireSweeperLock())) return report;
     report.promoted = await store.promoteDue({ now, limit: this.batch });
@@ -163,6 +179,7 @@ export class Sweeper {
     }));
 
     const expired = await store.sweepCandidates({ kind: 'expired', now, limit: this.batch });
+    if (expired.length > 0 && this.options.expireFiles) await this.options.expireFiles(expired);
     report.expired = await this.apply(expired, (job) => ({
       id: job.id,
       from: 'succeeded',
@@ -171,6 +188,13 @@ export class Sweeper {
       at: now,
       patch: { result: null },
     }));
+    if (this.options.maintenance) {
+      try {
+        await this.options.maintenance(now);
+      } catch (err) {
+        this.options.logger.error({ err }, 'sweeper maintenance failed');
+      }
+    }
     return report;
   }
 }

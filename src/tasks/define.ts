@@ -1,5 +1,6 @@
 /** `defineTask`: how users declare a task type, its policies and its handler. */
 import type { Logger } from 'pino';
+import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
 import { type BackoffPolicy, DEFAULT_BACKOFF } from '../core/backoff.js';
 import { PRIORITIES, type Priority } from '../core/job.js';
 import type { ProgressUpdate } from '../core/progress.js';
@@ -34,6 +35,10 @@ export interface TaskContext<C = unknown> {
   log: Logger;
   /** Runs `fn` as a named stage (sets progress.stage first). */
   stage<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
+  /** Result files of the job (blob storage; recorded on the job under this attempt's lease). */
+  results: ResultsHandle;
+  /** Files clients uploaded (POST /v1/uploads) for the job's tenant. */
+  uploads: UploadsHandle;
 }
 
 export interface TaskOptions<S extends InputSchema | undefined = undefined, R = unknown, C = unknown> {

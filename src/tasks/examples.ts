@@ -1,6 +1,8 @@
 /** Built-in example tasks registered by `longhaul dev`. */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { csvImport } from './csv-import.js';
 import { defineTask } from './define.js';
+import { reportGenerate } from './report-generate.js';
 
 /**
  * `demo.sleep {steps = 20, stepMs = 250}`: sleeps step by step, reporting items done and a
@@ -33,4 +35,5 @@ export const demoSleep = defineTask<Record<string, unknown>, { steps: number; re
   },
 });
 
-export const exampleTasks = [demoSleep];
+/** demo.sleep, csv.import (docs/example-tasks.md) and report.generate. */
+export const exampleTasks = [demoSleep, csvImport, reportGenerate];

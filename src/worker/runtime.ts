@@ -9,6 +9,8 @@
  */
 import { hostname } from 'node:os';
 import type { Logger } from 'pino';
+import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
+import { NO_RESULTS, NO_UPLOADS } from '../blobs/job-files.js';
 import { classifyError, type JobError } from '../core/errors.js';
 import { uuidv7 } from '../core/ids.js';
 import type { JobRecord } from '../core/job.js';
@@ -26,8 +28,16 @@ export interface WorkerDefaults {
   resultTtlMs: number;
 }
 
+/** Blob storage for `ctx.results` and `ctx.uploads`; without it they throw BLOBS_UNAVAILABLE. */
+export interface WorkerFiles {
+  /** The attempt's `ctx.results`; `onLeaseLost` is called when a record is refused because the lease moved on. */
+  results(job: { id: string; lease: number }, onLeaseLost: () => void): ResultsHandle;
+  uploads(tenant: string): UploadsHandle;
+}
+
 export interface WorkerOptions {
   store: Store;
+  files?: WorkerFiles;
   bus: JobBus;
   tasks: ReadonlyMap<string, Task>;
   logger: Logger;
@@ -392,7 +402,10 @@ export class Worker {
     const { job, task, controller } = active;
     let checkpointValue: unknown = useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
     let log: Logger | undefined;
+    let results: ResultsHandle | undefined;
+    let uploads: UploadsHandle | undefined;
     const parentLog = this.log;
+    const files = this.options.files;
     const ctx: TaskContext = {
       job: {
         id: job.id,
@@ -427,7 +440,17 @@ export class Worker {
         this.reporterOf(active).update({ stage: name });
         return await fn();
       },
+      // Made on first use, fenced by this attempt's lease: a refused record aborts the attempt.
+      get results() {
+        results ??= files ? files.results({ id: job.id, lease: job.lease }, () => abortLeaseLost()) : NO_RESULTS;
+        return results;
+      },
+      get uploads() {
+        uploads ??= files ? files.uploads(job.tenant) : NO_UPLOADS;
+        return uploads;
+      },
     };
+    const abortLeaseLost = () => this.abort(active, 'lease-lost');
     return ctx;
   }
 

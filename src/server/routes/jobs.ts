@@ -35,6 +35,7 @@ interface SubmitBody {
   maxAttempts?: number;
   timeoutMs?: number;
   metadata?: Record<string, unknown>;
+  webhook?: { url: string; secret?: string };
 }
 
 export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppContext): void {
@@ -52,6 +53,7 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     if (body.maxAttempts !== undefined) options.maxAttempts = body.maxAttempts;
     if (body.timeoutMs !== undefined) options.timeoutMs = body.timeoutMs;
     if (body.metadata !== undefined) options.metadata = body.metadata;
+    if (body.webhook !== undefined) options.webhook = body.webhook;
     if (key !== undefined) options.idempotencyKey = key;
     const { job, replayed } = await lh.enqueue(body.type, body.input, options);
     reply.header('Location', job.links.self);
@@ -104,6 +106,10 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
 
   app.get<{ Params: { id: string } }>('/v1/jobs/:id/transitions', { schema: routeSchemas.transitions }, async (request) => ({
     items: await lh.transitions(request.params.id, { tenant: request.tenant }),
+  }));
+
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/webhooks', { schema: routeSchemas.webhooks }, async (request) => ({
+    items: await lh.webhookDeliveries(request.params.id, { tenant: request.tenant }),
   }));
 
   app.post<{ Body: { jobs?: string[]; all?: boolean; ttlSeconds?: number } | undefined }>(
