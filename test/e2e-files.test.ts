@@ -10,7 +10,6 @@ import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream, mkdtempSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -21,6 +20,7 @@ import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import { makeRun, TempBlobs } from './fixtures/csv-context.js';
 import { generateCsv } from './fixtures/csv-generate.js';
 import { startDev } from './support/dev-process.js';
+import { scriptedReceiver } from './support/webhook-receiver.js';
 
 interface Snapshot {
   id: string;
@@ -138,21 +138,8 @@ describe('longhaul dev end to end: files and webhooks across kill -9', () => {
 
   it('a webhook whose delivery is pending survives kill -9 and is delivered after the restart', async () => {
     const secret = generateWebhookSecret();
-    const received: { headers: http.IncomingHttpHeaders; body: string; answered: number }[] = [];
-    const server = http.createServer((req, res) => {
-      let body = '';
-      req.setEncoding('utf8');
-      req.on('data', (c: string) => {
-        body += c;
-      });
-      req.on('end', () => {
-        const answered = received.length === 0 ? 503 : 200;
-        received.push({ headers: req.headers, body, answered });
-        res.writeHead(answered).end();
-      });
-    });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    const rx = await scriptedReceiver([503, 200]);
+    const { received, url } = rx;
     const env = { LONGHAUL_WEBHOOK_SECRET: secret, LONGHAUL_WEBHOOK_ALLOWLIST: '127.0.0.1', LONGHAUL_WEBHOOK_RETRY_SCHEDULE: '3s' };
     const database = join(dir, 'hooks.db');
     try {
@@ -174,10 +161,7 @@ describe('longhaul dev end to end: files and webhooks across kill -9', () => {
       children.push(second.child);
       await until(async () => (received.length >= 2 ? true : undefined), 20_000, 'the retry after the restart');
       await sleep(500);
-      assert.deepEqual(
-        received.map((r) => r.answered),
-        [503, 200],
-      );
+      assert.deepEqual(rx.answered, [503, 200]);
       const wh = new Webhook(secret);
       for (const r of received) {
         const event = wh.verify(r.body, r.headers as Record<string, string>) as { type: string; data: Snapshot };
@@ -200,7 +184,7 @@ describe('longhaul dev end to end: files and webhooks across kill -9', () => {
       );
       await killHard(second.child);
     } finally {
-      await new Promise((r) => server.close(r));
+      await rx.close();
     }
   });
 });

@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -33,6 +32,7 @@ import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import { INTERNAL_TENANT } from '../src/webhooks/service.js';
 import type { Resolver } from '../src/webhooks/ssrf.js';
 import { generateCsv } from './fixtures/csv-generate.js';
+import { scriptedReceiver } from './support/webhook-receiver.js';
 
 const MiB = 1024 * 1024;
 const KEY_A = 'key-of-tenant-a-0123456789';
@@ -55,7 +55,7 @@ const tasks = [
   } }),
   defineTask({
     type: 't.short-ttl',
-    resultTtlMs: 700,
+    resultTtlMs: 2_500,
     async run(_input, ctx) {
       await ctx.results.write('out.txt', 'short-lived\n');
       return { written: true };
@@ -377,35 +377,6 @@ describe('uploads, ctx.results and signed result URLs (wired)', () => {
 
 // ---- webhooks ------------------------------------------------------------------------------------
 
-interface Received {
-  headers: http.IncomingHttpHeaders;
-  body: string;
-  answered: number;
-}
-
-async function receiver(answers: number[]): Promise<{ url: string; received: Received[]; close(): Promise<void> }> {
-  const received: Received[] = [];
-  const server = http.createServer((req, res) => {
-    let body = '';
-    req.setEncoding('utf8');
-    req.on('data', (c: string) => {
-      body += c;
-    });
-    req.on('end', () => {
-      const answered = answers[Math.min(received.length, answers.length - 1)] as number;
-      received.push({ headers: req.headers, body, answered });
-      res.writeHead(answered, { 'content-type': 'text/plain' }).end(`answer ${answered}`);
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}/hooks`,
-    received,
-    close: () => new Promise((r) => server.close(() => r())),
-  };
-}
-
 async function deliveryJobs(jobId: string) {
   const { items } = await lh.list({ tenant: INTERNAL_TENANT, limit: 1000 });
   return items.filter((j) => (j.input as { jobId: string }).jobId === jobId);
@@ -424,7 +395,7 @@ async function deliveriesSettled(jobId: string) {
 
 describe('webhooks (wired)', () => {
   test('a receiver failing twice with 500 then 200 gets exactly one successful delivery; every attempt verifies; the log shows three', async () => {
-    const rx = await receiver([500, 500, 200]);
+    const rx = await scriptedReceiver([500, 500, 200]);
     try {
       const job = await submit({ type: 't.ok', webhook: { url: rx.url } });
       assert.equal(JSON.stringify(job).includes('whsec_'), false);
@@ -433,7 +404,7 @@ describe('webhooks (wired)', () => {
       assert.equal(delivery?.status, 'succeeded');
       await sleep(600); // nothing more arrives
       assert.deepEqual(
-        rx.received.map((r) => r.answered),
+        rx.answered,
         [500, 500, 200],
       );
       const wh = new Webhook(SERVER_SECRET);
@@ -469,7 +440,7 @@ describe('webhooks (wired)', () => {
   });
 
   test('library submit with its own secret; failed and cancelled jobs notify too', async () => {
-    const rx = await receiver([204]);
+    const rx = await scriptedReceiver([204]);
     const secret = generateWebhookSecret();
     try {
       const failed = await lh.submit('t.fail', null, { tenant: 'A', webhook: { url: rx.url, secret } });
@@ -489,7 +460,7 @@ describe('webhooks (wired)', () => {
   });
 
   test('410 from the receiver stops the retries after one attempt', async () => {
-    const rx = await receiver([410]);
+    const rx = await scriptedReceiver([410]);
     try {
       const job = await submit({ type: 't.ok', webhook: { url: rx.url } });
       const [delivery] = await deliveriesSettled(job.id);

@@ -5,8 +5,6 @@
  * no redirects followed, the timeout, 410 as gone, connection pinning, retry schedules.
  */
 import assert from 'node:assert/strict';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import type { JobSnapshot } from '../src/core/job.js';
@@ -15,6 +13,7 @@ import { buildWebhookPayload, webhookEventType } from '../src/webhooks/payload.j
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, retryDelayAfter } from '../src/webhooks/retry-schedule.js';
 import { generateWebhookSecret, isWebhookSecret, parseWebhookSecret, webhookHeaders, webhookSignature } from '../src/webhooks/signing.js';
 import { checkWebhookUrl, forbiddenAddressReason, parseAllowlist, type Resolver } from '../src/webhooks/ssrf.js';
+import { type Received, receiver } from './support/webhook-receiver.js';
 
 const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
 
@@ -256,40 +255,6 @@ describe('SSRF guard', () => {
 
 // ---- delivery ------------------------------------------------------------------------------------------
 
-interface Received {
-  path: string;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-}
-
-/** A local receiver whose answer each test decides; it records every request. */
-function receiver(answer: (req: Received, res: http.ServerResponse) => void) {
-  const received: Received[] = [];
-  const server = http.createServer((req, res) => {
-    let body = '';
-    req.setEncoding('utf8');
-    req.on('data', (c: string) => {
-      body += c;
-    });
-    req.on('end', () => {
-      const r = { path: req.url ?? '', headers: req.headers, body };
-      received.push(r);
-      answer(r, res);
-    });
-  });
-  return {
-    received,
-    async start(): Promise<string> {
-      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 describe('webhook delivery', () => {
   const allowlist = parseAllowlist('127.0.0.1');

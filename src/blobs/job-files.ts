@@ -28,8 +28,6 @@ export interface JobFilesOptions {
 }
 
 export class JobFiles {
-  private signerPromise: Promise<UrlSigner> | null = null;
-
   private constructor(
     readonly blobs: BlobStore,
     readonly limits: UploadLimits,
@@ -48,13 +46,7 @@ export class JobFiles {
   }
 
   /** The URL signer (its secret is resolved once, on first call). */
-  signer(): Promise<UrlSigner> {
-    this.signerPromise ??= this.makeSigner().catch((err) => {
-      this.signerPromise = null;
-      throw err;
-    });
-    return this.signerPromise;
-  }
+  readonly signer: () => Promise<UrlSigner> = once(() => this.makeSigner());
 
   async close(): Promise<void> {
     if (this.ownsBlobs) await this.blobs.close();
@@ -99,13 +91,21 @@ export class JobFiles {
   }
 }
 
+/** `get`, called once on first use; a failure is not kept (the next use tries again). */
+function once<T>(get: () => Promise<T>): () => Promise<T> {
+  let value: Promise<T> | null = null;
+  return () => {
+    value ??= get().catch((err) => {
+      value = null;
+      throw err;
+    });
+    return value;
+  };
+}
+
 /** Handles that open blob storage on first use, so a job that never touches files costs nothing. */
 export function lazyResults(get: () => Promise<ResultsHandle>): ResultsHandle {
-  let handle: Promise<ResultsHandle> | null = null;
-  const h = () => {
-    handle ??= get();
-    return handle;
-  };
+  const h = once(get);
   return {
     write: async (name, data, options) => (await h()).write(name, data, options),
     list: async () => (await h()).list(),
@@ -115,11 +115,7 @@ export function lazyResults(get: () => Promise<ResultsHandle>): ResultsHandle {
 }
 
 export function lazyUploads(get: () => Promise<UploadsHandle>): UploadsHandle {
-  let handle: Promise<UploadsHandle> | null = null;
-  const h = () => {
-    handle ??= get();
-    return handle;
-  };
+  const h = once(get);
   return {
     stat: async (id) => (await h()).stat(id),
     open: async (id, options) => (await h()).open(id, options),

@@ -121,6 +121,10 @@ const idParams = {
 
 const errors = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemRef]));
 
+/** A `{items: [...]}` answer whose items are objects with these properties. */
+const itemList = <P extends Record<string, unknown>>(properties: P) =>
+  ({ type: 'object', properties: { items: { type: 'array', items: { type: 'object', properties } } } }) as const;
+
 export const routeSchemas = {
   submit: {
     summary: 'Submit a job',
@@ -154,25 +158,14 @@ export const routeSchemas = {
     tags: ['jobs'],
     params: idParams,
     response: {
-      200: {
-        type: 'object',
-        properties: {
-          items: {
-            type: 'array',
-            items: {
-              type: 'object',
-              properties: {
-                from: nullableString,
-                to: { type: 'string' },
-                at: { type: 'string', format: 'date-time' },
-                reason: { type: 'string' },
-                attempt: { type: 'integer' },
-                workerId: nullableString,
-              },
-            },
-          },
-        },
-      },
+      200: itemList({
+        from: nullableString,
+        to: { type: 'string' },
+        at: { type: 'string', format: 'date-time' },
+        reason: { type: 'string' },
+        attempt: { type: 'integer' },
+        workerId: nullableString,
+      }),
       ...errors(401, 404),
     },
   },
@@ -181,29 +174,18 @@ export const routeSchemas = {
     tags: ['jobs'],
     params: idParams,
     response: {
-      200: {
-        type: 'object',
-        properties: {
-          items: {
-            type: 'array',
-            items: {
-              type: 'object',
-              properties: {
-                deliveryId: { type: 'string' },
-                event: { type: 'string' },
-                attempt: { type: 'integer' },
-                at: { type: 'string', format: 'date-time' },
-                url: { type: 'string' },
-                status: { type: ['integer', 'null'] },
-                ok: { type: 'boolean' },
-                error: nullableString,
-                durationMs: { type: 'integer' },
-                response: nullableString,
-              },
-            },
-          },
-        },
-      },
+      200: itemList({
+        deliveryId: { type: 'string' },
+        event: { type: 'string' },
+        attempt: { type: 'integer' },
+        at: { type: 'string', format: 'date-time' },
+        url: { type: 'string' },
+        status: { type: ['integer', 'null'] },
+        ok: { type: 'boolean' },
+        error: nullableString,
+        durationMs: { type: 'integer' },
+        response: nullableString,
+      }),
       ...errors(401, 404),
     },
   },
