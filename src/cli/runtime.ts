@@ -87,7 +87,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       const address = await app.listen({ host, port });
       const base = address.replace('[::1]', 'localhost');
       process.stdout.write(
-        `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n` +
+        `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n  files      ${(await lh.files()).blobs.description}\n` +
           (mode === 'dev' ? `  tasks      ${[...lh.tasks.keys()].join(', ')}\n  try        curl -si -X POST ${base}/v1/jobs -H 'content-type: application/json' -d '{"type":"demo.sleep","input":{"steps":20}}'\n` : ''),
       );
     } else {

@@ -62,6 +62,8 @@ export interface SubmitOptions extends RequestOptions {
   metadata?: Record<string, unknown> | null;
   /** Sent as the `Idempotency-Key` header (at most 255 characters). */
   idempotencyKey?: string;
+  /** Notify this URL (Standard Webhooks) when the job succeeds, fails or is cancelled; `secret` is `whsec_...`. */
+  webhook?: { url: string; secret?: string };
 }
 
 export interface SubmitResult {
@@ -237,6 +239,7 @@ export class LonghaulClient {
     if (options.maxAttempts !== undefined) body.maxAttempts = options.maxAttempts;
     if (options.timeoutMs !== undefined) body.timeoutMs = options.timeoutMs;
     if (options.metadata !== undefined) body.metadata = options.metadata;
+    if (options.webhook !== undefined) body.webhook = options.webhook;
     const headers: Record<string, string> = {};
     if (options.idempotencyKey !== undefined) headers['idempotency-key'] = options.idempotencyKey;
     const res = await this.request('POST', '/v1/jobs', { body, headers, signal: options.signal });
