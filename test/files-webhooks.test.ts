@@ -247,7 +247,7 @@ describe('uploads, ctx.results and signed result URLs (wired)', () => {
 
     // Tampered → 403; genuine but expired → 410.
     const sig = url.searchParams.get('sig') as string;
-    const flipped = `${sig.slice(0, -1)}${sig.endsWith('A') ? 'B' : 'A'}`;
+    const flipped = `${sig.startsWith('A') ? 'B' : 'A'}${sig.slice(1)}`;
     const tampered = await api(`${url.pathname}?exp=${exp}&sig=${flipped}`, { key: null });
     assert.equal(tampered.status, 403);
     assert.equal(tampered.json.code, 'INVALID_SIGNATURE');
