@@ -11,15 +11,19 @@ import { after, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import pino from 'pino';
+import { Webhook } from 'standardwebhooks';
 import type { JobRecord } from '../src/core/job.js';
 import { EMPTY_PROGRESS } from '../src/core/progress.js';
 import { defineTask, InvalidOptionsError, isTerminal, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../src/index.js';
+import { FsBlobStore } from '../src/blobs/fs-store.js';
 import { PostgresStore } from '../src/store/postgres/postgres-store.js';
+import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import type { SqlTransaction } from '../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from './fixtures/process-harness.js';
 import pgTasks, { createLedger } from './fixtures/pg-tasks.js';
 import { assertLogReplays, newJob, runStoreContract } from './store-contract.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
+import { scriptedReceiver } from './support/webhook-receiver.js';
 
 const db: TestDatabase = await createTestDatabase('lh_pgstore');
 let schemas = 0;
@@ -540,5 +544,52 @@ describe('Longhaul on PostgreSQL', () => {
       assert.equal((await settled(lh, late.id)).status, 'succeeded');
       assert.ok(worker.stats.succeeded >= 31);
     });
+  });
+
+  it('result files and webhooks on PostgreSQL: a handler writes a file, the snapshot links it, the webhook is delivered and logged', async () => {
+    const files = tempDir('longhaul-pg-files-');
+    const secret = generateWebhookSecret();
+    const rx = await scriptedReceiver([500, 200]);
+    const writer = defineTask({
+      type: 'pg.writer',
+      async run(_input, ctx) {
+        await ctx.results.write('hello.txt', 'hello from postgres\n');
+        return { ok: true };
+      },
+    });
+    try {
+      await withLonghaul(
+        async (lh) => {
+          lh.register(writer);
+          await lh.startWorker({ concurrency: 2, pollIntervalMs: 20 });
+          const job = await lh.submit('pg.writer', null, { webhook: { url: rx.url } });
+          const done = await settled(lh, job.id);
+          assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+          assert.deepEqual(
+            done.results.map((r) => [r.name, r.size]),
+            [['hello.txt', 20]],
+          );
+          assert.match(done.resultUrl ?? '', /^\/v1\/jobs\/[0-9a-f-]{36}\/results\/hello\.txt\?exp=\d+&sig=/);
+          await waitFor(async () => rx.answered.length >= 2, 'two delivery attempts', 15_000);
+          for (const r of rx.received) assert.equal((new Webhook(secret).verify(r.body, r.headers as Record<string, string>) as { type: string }).type, 'job.succeeded');
+          const log = await lh.webhookDeliveries(job.id);
+          assert.deepEqual(
+            log.map((e) => [e.attempt, e.status, e.ok]),
+            [
+              [1, 500, false],
+              [2, 200, true],
+            ],
+          );
+          assert.equal((await lh.list({ tenant: 'default' })).items.some((j) => j.type === 'longhaul.webhook'), false);
+        },
+        {
+          files: { urlSigningSecret: 'pg-test-url-signing-secret-0123456789', blobs: await FsBlobStore.open(files.dir) },
+          webhooks: { secret, allowlist: '127.0.0.1', retrySchedule: [100] },
+        },
+      );
+    } finally {
+      await rx.close();
+      files.remove();
+    }
   });
 });
