@@ -38,6 +38,7 @@ import {
   type WebhookConfig,
   type WebhookConfigOptions,
   type WebhookOption,
+  WEBHOOK_TASK_TYPE,
   webhookTask,
 } from './webhooks/service.js';
 import { Worker, type WorkerOptions } from './worker/runtime.js';
@@ -228,13 +229,14 @@ export class Longhaul {
     const config = resolveConfig(options);
     const logger = options.logger ?? pino({ level: process.env.LONGHAUL_LOG_LEVEL ?? 'info', name: 'longhaul' });
     const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
+    if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
+    const webhookConfig = resolveWebhookConfig(options.webhooks);
     let store = options.store;
     if (!store) {
       store = /^postgres(ql)?:\/\//.test(config.database)
         ? new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger })
         : new SqliteStore({ path: config.database });
     }
-    const webhookConfig = resolveWebhookConfig(options.webhooks);
     await store.migrate();
     return new Longhaul(store, config, tasks, logger, options.store === undefined, options.files ?? {}, webhookConfig);
   }
@@ -243,6 +245,7 @@ export class Longhaul {
   register(...tasks: Task[]): void {
     for (const t of tasks) {
       if (!isTask(t)) throw new TypeError('register() takes values made by defineTask()');
+      if (t.type === WEBHOOK_TASK_TYPE) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
       const prior = this.taskMap.get(t.type);
       if (prior && prior !== t) throw new Error(`a different task with type "${t.type}" is already registered`);
       this.taskMap.set(t.type, t);
@@ -704,9 +707,20 @@ export class Longhaul {
       });
       this.sweeper.start();
       // A job that ends in this process has its webhook enqueued at once, not at the next sweep.
-      this.dispatchOff = this.bus.on('job:changed', (e) => {
-        if (e.to === 'succeeded' || e.to === 'failed' || e.to === 'cancelled') this.dispatchWebhooks().catch((err) => this.logger.error({ err }, 'webhook dispatch failed'));
+      // Debounced: a busy worker ends thousands of jobs a second, and most have no webhook.
+      let soon: NodeJS.Timeout | null = null;
+      const off = this.bus.on('job:changed', (e) => {
+        if (soon || (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled')) return;
+        soon = setTimeout(() => {
+          soon = null;
+          this.dispatchWebhooks().catch((err) => this.logger.error({ err }, 'webhook dispatch failed'));
+        }, 10);
+        soon.unref?.();
       });
+      this.dispatchOff = () => {
+        off();
+        if (soon) clearTimeout(soon);
+      };
     }
     return this.sweeper;
   }

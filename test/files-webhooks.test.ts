@@ -522,6 +522,18 @@ describe('webhooks (wired)', () => {
     await assert.rejects(lh.submit('t.ok', null, { webhook: { url: 'http://10.0.0.1/' } }), (err: Error & { status?: number }) => err.status === 422);
   });
 
+  test('the delivery task type and the internal tenant are reserved', async () => {
+    await assert.rejects(
+      Longhaul.open({ database: ':memory:', tasks: [defineTask({ type: 'longhaul.webhook', run: () => null })], logger: pino({ level: 'silent' }) }),
+      /reserved/,
+    );
+    assert.throws(() => lh.register(defineTask({ type: 'longhaul.webhook', run: () => null })), /reserved/);
+    await assert.rejects(lh.submit('t.ok', null, { tenant: INTERNAL_TENANT }), (err: Error & { status?: number }) => err.status === 400);
+    const r = await api('/v1/jobs', { body: { type: 'longhaul.webhook', input: { jobId: 'x' } } });
+    assert.equal(r.status, 422);
+    assert.equal(r.json.code, 'UNKNOWN_TASK');
+  });
+
   test('checked again at delivery: a host that now resolves to a refused address is never contacted', async () => {
     rebindCalls = 0;
     const job = await submit({ type: 't.ok', webhook: { url: 'http://rebind.example.test:9/hook' } });
