@@ -34,6 +34,14 @@ export interface WorkerOptions {
   defaults: WorkerDefaults;
   /** Jobs run at once by this worker. Default 10. */
   concurrency?: number;
+  /**
+   * Most jobs claimed ahead of free slots, held until a slot frees (they are `running` in the
+   * store, leased and heartbeated, from their claim). How many are claimed ahead adapts: about
+   * as many as the handlers finish during one store round trip, so a job waits locally for
+   * about one round trip at most, and slow handlers get none. 0 turns it off. Default
+   * max(100, 10 × concurrency).
+   */
+  claimAhead?: number;
   workerId?: string;
   /** How often an idle worker asks the store whether anything changed. Default 50 ms. */
   pollIntervalMs?: number;
@@ -69,12 +77,19 @@ interface Active {
   timeoutTimer: LongTimer | null;
   /** Set once the job's outcome is queued for writing (or it was handed back). */
   settled: boolean;
+  /** Its handler was started (jobs claimed ahead wait in `ready` until a slot frees). */
+  started: boolean;
 }
 
 interface Outcome {
   params: TransitionParams;
   active: Active;
   kind: keyof WorkerStats;
+}
+
+/** Exponential moving average (new samples weigh 1/4); the first sample starts it. */
+function average(prev: number, sample: number): number {
+  return Number.isNaN(prev) ? sample : prev + (sample - prev) / 4;
 }
 
 function leaseKey(job: JobRecord): string {
@@ -96,6 +111,15 @@ export class Worker {
    * run a stale attempt and a new one of the same job at once; each must keep its own entry.
    */
   private readonly active = new Map<string, Active>();
+  /** Claimed jobs whose handler has not started yet, oldest first (from `readyHead` on). */
+  private ready: Active[] = [];
+  private readyHead = 0;
+  /** Handlers started and not finished: at most `concurrency`. */
+  private running = 0;
+  private readonly claimAheadMax: number;
+  /** Moving averages (ms) of a handler's run time and of a store cycle; NaN until measured. */
+  private handlerMs = Number.NaN;
+  private cycleMs = Number.NaN;
   private outcomes: Outcome[] = [];
   private pumping = false;
   private pumpAgain = false;
@@ -117,6 +141,8 @@ export class Worker {
     this.concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new TypeError('concurrency must be a positive integer');
     this.clock = options.clock ?? Date.now;
+    this.claimAheadMax = options.claimAhead ?? Math.max(100, 10 * this.concurrency);
+    if (!Number.isInteger(this.claimAheadMax) || this.claimAheadMax < 0) throw new TypeError('claimAhead must be a non-negative integer');
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
     this.log = options.logger.child({ workerId: this.id });
     this.claimTypes = [...this.tasks.values()].map((t) => ({ type: t.type, concurrency: t.concurrency }));
@@ -142,7 +168,7 @@ export class Worker {
       this.bus.on('job:cancel-requested', ({ id, reason }) => this.abortLocal(id, reason === 'timeout' ? 'timeout' : 'cancelled')),
     );
     this.every(poll, async () => {
-      if (this.active.size >= this.concurrency) return;
+      if (this.running + this.readyCount >= this.concurrency) return;
       if ((await this.store.pollChanges()) || this.clock() - this.lastClaimAt >= maxIdle) this.wake();
     });
     const heartbeatTick = Math.min(1000, ...[...this.tasks.values()].map((t) => t.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs));
@@ -194,8 +220,8 @@ export class Worker {
         const batch = this.outcomes;
         this.outcomes = [];
         unwritten = batch;
-        // Jobs whose outcome is in this batch free their slots once it is written.
-        const free = this.concurrency - (this.active.size - batch.length);
+        // Slots free when a handler finishes; jobs claimed ahead wait in `ready`.
+        const free = this.concurrency + this.claimAheadTarget() - this.running - this.readyCount;
         const claim = !this.stopping && free > 0 && (this.wanted || batch.length > 0);
         if (batch.length === 0 && !claim) continue;
         if (claim) {
@@ -203,6 +229,7 @@ export class Worker {
           this.lastClaimAt = this.clock();
         }
         const clock = this.clock;
+        const t0 = performance.now();
         const { applied, jobs } = await this.store.completeAndClaim({
           complete: batch.map((o) => o.params),
           // A getter: the store reads it inside its transaction, after any wait for the write
@@ -217,11 +244,14 @@ export class Worker {
           },
         });
         unwritten = [];
+        if (claim) this.cycleMs = average(this.cycleMs, performance.now() - t0);
         this.afterOutcomes(batch, applied);
         this.stats.claimed += jobs.length;
         // A full batch means more may be waiting: claim again as soon as slots free up.
         if (claim && jobs.length === free) this.wanted = true;
         for (const job of jobs) this.begin(job);
+        if (this.stopping) this.handBackReady();
+        else this.startReady();
       } while (this.pumpAgain || this.outcomes.length > 0);
       this.pumpFailures = 0;
     } catch (err) {
@@ -237,6 +267,52 @@ export class Worker {
     }
     this.pumping = false;
     if (this.active.size === 0 && this.outcomes.length === 0) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private get readyCount(): number {
+    return this.ready.length - this.readyHead;
+  }
+
+  /**
+   * How many jobs to hold beyond the free slots: as many as the handlers get through during one
+   * store cycle (concurrency × cycle time / handler time), so that slots never wait for a round
+   * trip while work is queued, and a job claimed ahead waits about one cycle at most.
+   */
+  private claimAheadTarget(): number {
+    if (this.claimAheadMax === 0 || !(this.handlerMs >= 0) || !(this.cycleMs >= 0)) return 0;
+    return Math.min(this.claimAheadMax, Math.floor((this.concurrency * this.cycleMs) / Math.max(this.handlerMs, 0.001)));
+  }
+
+  /** Starts waiting jobs while slots are free. */
+  private startReady(): void {
+    while (this.running < this.concurrency && this.readyHead < this.ready.length) {
+      const active = this.ready[this.readyHead++] as Active;
+      if (active.settled) continue; // handed back while waiting (shutdown)
+      active.started = true;
+      this.running++;
+      void this.execute(active);
+    }
+    if (this.readyHead === this.ready.length) {
+      this.ready = [];
+      this.readyHead = 0;
+    }
+  }
+
+  /** Jobs a claim returned after stop() began: handed back without running. */
+  private handBackReady(): void {
+    const waiting = this.takeReady();
+    if (waiting.length === 0) return;
+    this.settleLeftovers(waiting)
+      .catch((err) => this.log.error({ err }, 'could not hand back jobs claimed during shutdown'))
+      .finally(() => this.schedulePump());
+  }
+
+  /** Takes every job still waiting for a slot off the ready list (shutdown). */
+  private takeReady(): Active[] {
+    const out = this.ready.slice(this.readyHead).filter((a) => !a.settled);
+    this.ready = [];
+    this.readyHead = 0;
+    return out;
   }
 
   /** Writes pending outcomes without claiming (shutdown). */
@@ -277,6 +353,7 @@ export class Worker {
       nextHeartbeatAt: this.clock() + (task.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs),
       timeoutTimer: null,
       settled: false,
+      started: false,
       reporter: null,
     };
     // Re-claimed while an older attempt of it still runs here: that attempt's lease is gone.
@@ -288,12 +365,13 @@ export class Worker {
       active.timeoutTimer = longTimeout(() => void this.requestTimeout(active), Math.max(0, job.timeoutMs - elapsed));
     }
     if (job.cancelRequested) this.abort(active, job.cancelReason === 'timeout' ? 'timeout' : 'cancelled');
-    void this.execute(active);
+    this.ready.push(active);
   }
 
   private async execute(active: Active): Promise<void> {
     const { job, task, controller } = active;
     let outcome: { ok: true; value: unknown } | { ok: false; error: unknown };
+    const t0 = performance.now();
     try {
       const ctx = this.needsCheckpointNote(active) ? await this.makeContextAfterNote(active) : this.makeContext(active);
       const value = await task.run(job.input, ctx);
@@ -301,6 +379,10 @@ export class Worker {
     } catch (error) {
       outcome = { ok: false, error };
     }
+    // The handler is done: its slot goes to the next waiting job; the outcome is written by the loop.
+    this.handlerMs = average(this.handlerMs, performance.now() - t0);
+    this.running--;
+    this.startReady();
     active.timeoutTimer?.cancel();
     if (active.settled) return; // handed back at shutdown: the transition is already written
     const kind = abortKindOf(controller.signal);
@@ -511,25 +593,18 @@ export class Worker {
   async stop(options: { drainMs?: number } = {}): Promise<void> {
     if (!this.started) return;
     this.stopping = true;
+    // Jobs claimed ahead and not started go back at once, without waiting for the drain.
+    const waiting = this.takeReady();
+    if (waiting.length > 0) {
+      await this.settleLeftovers(waiting);
+      this.schedulePump();
+    }
     const drainMs = options.drainMs ?? 10_000;
     if (this.active.size > 0 || this.outcomes.length > 0 || this.pumping) {
       await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), sleepLong(drainMs)]);
     }
     const leftovers = [...this.active.values()].filter((a) => !a.settled);
-    if (leftovers.length > 0) {
-      // A job whose cancel was requested (here, or by another process and not yet seen) ends
-      // cancelled: handing it back would run it again although its user asked it to stop.
-      const requested = await this.cancelRequests(leftovers);
-      const now = this.clock();
-      for (const [i, a] of leftovers.entries()) {
-        const seen = abortKindOf(a.controller.signal);
-        const cancel = seen === 'cancelled' || seen === 'timeout' ? seen : requested[i];
-        a.settled = true;
-        this.abort(a, 'shutdown');
-        await a.reporter?.close(true);
-        this.outcomes.push(cancel ? this.cancelledOutcome(a, cancel, `${cancel} (worker stopping)`, now) : this.handBack(a, now));
-      }
-    }
+    if (leftovers.length > 0) await this.settleLeftovers(leftovers);
     while (this.pumping) await new Promise((r) => setTimeout(r, 5));
     try {
       await this.flushOutcomes();
@@ -542,6 +617,26 @@ export class Worker {
       this.timers = [];
       this.unsubscribe = [];
       this.active.clear();
+    }
+  }
+
+  /**
+   * Ends jobs at shutdown: a job whose cancel was requested (here, or by another process and not
+   * yet seen) ends cancelled, since handing it back would run it again although its user asked it
+   * to stop; the others are handed back (retrying, due now, the attempt refunded).
+   */
+  private async settleLeftovers(leftovers: Active[]): Promise<void> {
+    const requested = await this.cancelRequests(leftovers);
+    const now = this.clock();
+    for (const [i, a] of leftovers.entries()) {
+      if (a.settled) continue;
+      const seen = abortKindOf(a.controller.signal);
+      const cancel = seen === 'cancelled' || seen === 'timeout' ? seen : requested[i];
+      a.settled = true;
+      if (!a.started) a.timeoutTimer?.cancel();
+      this.abort(a, 'shutdown');
+      await a.reporter?.close(true);
+      this.outcomes.push(cancel ? this.cancelledOutcome(a, cancel, `${cancel} (worker stopping)`, now) : this.handBack(a, now));
     }
   }
 
