@@ -6,6 +6,7 @@
  */
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import pg from 'pg';
 import pino from 'pino';
 import { withDatabase } from './lib/pg-database.js';
 import { listFlag, loadNote, numFlag, strFlag } from './lib/util.js';
@@ -44,6 +45,13 @@ for (const batch of BATCH) {
     } finally {
       await lh.close();
     }
+    // Server-side time per function, when run with PGOPTIONS='-c track_functions=pl' (superuser).
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    await new Promise((r) => setTimeout(r, 200));
+    const { rows } = await c.query('SELECT funcname, calls, round(total_time::numeric, 1) AS total_ms, round(self_time::numeric, 1) AS self_ms FROM pg_stat_user_functions ORDER BY total_time DESC');
+    for (const r of rows) console.log(`  ${r.funcname}: ${r.calls} calls, total ${r.total_ms} ms, self ${r.self_ms} ms`);
+    await c.end();
   });
 }
 console.log(loadNote('at end', false));

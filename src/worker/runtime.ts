@@ -4,6 +4,8 @@
  *
  * One loop (`pump`) does all store writes for claims and completions, so completions that
  * land together are written in one transaction and the freed slots are refilled right after.
+ * With a store behind a round trip (PostgreSQL) it keeps two such cycles in flight, and it
+ * claims a little ahead (see `claimAhead`), so that jobs run while the next cycle is written.
  * Idle workers wake on an in-process event (a submit in this process) or on a cheap change
  * poll of the store (another process wrote), never by re-running the claim query blindly.
  */
@@ -39,7 +41,7 @@ export interface WorkerOptions {
    * store, leased and heartbeated, from their claim). How many are claimed ahead adapts: about
    * as many as the handlers finish during one store round trip, so a job waits locally for
    * about one round trip at most, and slow handlers get none. 0 turns it off. Default
-   * max(100, 10 × concurrency).
+   * max(100, 10 × concurrency) on SQLite, max(500, 10 × concurrency) on PostgreSQL.
    */
   claimAhead?: number;
   workerId?: string;
@@ -121,8 +123,14 @@ export class Worker {
   private handlerMs = Number.NaN;
   private cycleMs = Number.NaN;
   private outcomes: Outcome[] = [];
-  private pumping = false;
-  private pumpAgain = false;
+  /** Store cycles being written, and the jobs they claim (not yet in `ready`). */
+  private inFlight = 0;
+  private claiming = 0;
+  /** 1 for a store written in-process (SQLite), 2 for one behind a round trip. */
+  private readonly maxInFlight: number;
+  private pumpScheduled = false;
+  /** Set after a failed cycle until its back-off ends. */
+  private pumpHeld = false;
   private wanted = true;
   private stopping = false;
   private started = false;
@@ -141,7 +149,9 @@ export class Worker {
     this.concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new TypeError('concurrency must be a positive integer');
     this.clock = options.clock ?? Date.now;
-    this.claimAheadMax = options.claimAhead ?? Math.max(100, 10 * this.concurrency);
+    this.maxInFlight = this.store.dialect === 'sqlite' ? 1 : 2;
+    // Bigger batches cost less per job, but a SQLite cycle blocks this process while it runs.
+    this.claimAheadMax = options.claimAhead ?? Math.max(this.maxInFlight > 1 ? 500 : 100, 10 * this.concurrency);
     if (!Number.isInteger(this.claimAheadMax) || this.claimAheadMax < 0) throw new TypeError('claimAhead must be a non-negative integer');
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
     this.log = options.logger.child({ workerId: this.id });
@@ -203,70 +213,95 @@ export class Worker {
   }
 
   private schedulePump(): void {
-    if (this.pumping) {
-      this.pumpAgain = true;
-      return;
-    }
-    this.pumping = true;
-    setImmediate(() => void this.pump());
+    if (this.pumpScheduled || this.pumpHeld) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
   }
 
-  private async pump(): Promise<void> {
-    // Outcomes taken off the queue but not yet written: put back if the write fails.
-    let unwritten: Outcome[] = [];
+  /** True while a cycle is being written or about to start. */
+  private get pumping(): boolean {
+    return this.inFlight > 0 || this.pumpScheduled;
+  }
+
+  /**
+   * Starts store cycles (completions + claim) while there is something to write or room to
+   * claim, up to `maxInFlight` at once: with a store behind a round trip, the next cycle is
+   * written while this process runs the jobs of the last one.
+   */
+  private pump(): void {
+    while (!this.pumpHeld && this.inFlight < this.maxInFlight && this.startCycle());
+    if (!this.pumping && this.active.size === 0 && this.outcomes.length === 0) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private startCycle(): boolean {
+    const batch = this.outcomes;
+    const ahead = this.claimAheadTarget();
+    // Slots free when a handler finishes; jobs claimed ahead wait in `ready`. Each cycle claims
+    // at most a slot-full plus one cycle's worth ahead; cycles in flight count as claimed.
+    const free = Math.min(this.concurrency + ahead, this.concurrency + ahead * this.maxInFlight - this.running - this.readyCount - this.claiming);
+    const claim = !this.stopping && free > 0 && (this.wanted || batch.length > 0);
+    if (batch.length === 0 && !claim) return false;
+    this.outcomes = [];
+    const limit = claim ? free : 0;
+    if (claim) {
+      this.wanted = false;
+      this.lastClaimAt = this.clock();
+    }
+    this.inFlight++;
+    this.claiming += limit;
+    void this.cycle(batch, limit);
+    return true;
+  }
+
+  private async cycle(batch: Outcome[], limit: number): Promise<void> {
+    const clock = this.clock;
+    const t0 = performance.now();
+    let jobs: JobRecord[] = [];
     try {
-      do {
-        this.pumpAgain = false;
-        const batch = this.outcomes;
-        this.outcomes = [];
-        unwritten = batch;
-        // Slots free when a handler finishes; jobs claimed ahead wait in `ready`.
-        const free = this.concurrency + this.claimAheadTarget() - this.running - this.readyCount;
-        const claim = !this.stopping && free > 0 && (this.wanted || batch.length > 0);
-        if (batch.length === 0 && !claim) continue;
-        if (claim) {
-          this.wanted = false;
-          this.lastClaimAt = this.clock();
-        }
-        const clock = this.clock;
-        const t0 = performance.now();
-        const { applied, jobs } = await this.store.completeAndClaim({
-          complete: batch.map((o) => o.params),
-          // A getter: the store reads it inside its transaction, after any wait for the write
-          // lock, so a lease never starts before the claim was actually made.
-          claim: {
-            workerId: this.id,
-            types: this.claimTypes,
-            limit: claim ? free : 0,
-            get now() {
-              return clock();
-            },
+      const res = await this.store.completeAndClaim({
+        complete: batch.map((o) => o.params),
+        // A getter: the store reads it inside its transaction, after any wait for the write
+        // lock, so a lease never starts before the claim was actually made.
+        claim: {
+          workerId: this.id,
+          types: this.claimTypes,
+          limit,
+          get now() {
+            return clock();
           },
-        });
-        unwritten = [];
-        if (claim) this.cycleMs = average(this.cycleMs, performance.now() - t0);
-        this.afterOutcomes(batch, applied);
-        this.stats.claimed += jobs.length;
-        // A full batch means more may be waiting: claim again as soon as slots free up.
-        if (claim && jobs.length === free) this.wanted = true;
-        for (const job of jobs) this.begin(job);
-        if (this.stopping) this.handBackReady();
-        else this.startReady();
-      } while (this.pumpAgain || this.outcomes.length > 0);
+        },
+      });
+      jobs = res.jobs;
+      if (limit > 0) this.cycleMs = average(this.cycleMs, performance.now() - t0);
+      this.afterOutcomes(batch, res.applied);
+      this.stats.claimed += jobs.length;
+      // A full batch means more may be waiting: claim again as soon as slots free up.
+      if (limit > 0 && jobs.length === limit) this.wanted = true;
       this.pumpFailures = 0;
     } catch (err) {
       // The transaction rolled back: nothing was completed or claimed. Keep the outcomes for the
       // next pass (dropping them would leave their jobs running without heartbeats until reaped).
-      this.outcomes = unwritten.concat(this.outcomes);
+      this.outcomes = batch.concat(this.outcomes);
       this.pumpFailures++;
       this.log.error({ err }, 'worker loop failed; retrying');
       const delay = Math.min(5000, 50 * 2 ** Math.min(this.pumpFailures, 7));
-      this.pumping = false;
-      setTimeout(() => this.wake(), delay).unref?.();
-      return;
+      this.pumpHeld = true;
+      setTimeout(() => {
+        this.pumpHeld = false;
+        this.wake();
+      }, delay).unref?.();
+    } finally {
+      this.inFlight--;
+      this.claiming -= limit;
     }
-    this.pumping = false;
-    if (this.active.size === 0 && this.outcomes.length === 0) for (const w of this.idleWaiters.splice(0)) w();
+    for (const job of jobs) this.begin(job);
+    if (this.stopping) this.handBackReady();
+    // Write what finished meanwhile and claim the next batch before running this one.
+    this.pump();
+    if (!this.stopping) this.startReady();
   }
 
   private get readyCount(): number {
