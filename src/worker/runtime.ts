@@ -41,7 +41,8 @@ export interface WorkerOptions {
    * store, leased and heartbeated, from their claim). How many are claimed ahead adapts: about
    * as many as the handlers finish during one store round trip, so a job waits locally for
    * about one round trip at most, and slow handlers get none. 0 turns it off. Default
-   * max(100, 10 × concurrency) on SQLite, max(500, 10 × concurrency) on PostgreSQL.
+   * 100 on SQLite (a longer cycle would hold up this process), max(500, 10 × concurrency) on
+   * PostgreSQL.
    */
   claimAhead?: number;
   workerId?: string;
@@ -151,7 +152,7 @@ export class Worker {
     this.clock = options.clock ?? Date.now;
     this.maxInFlight = this.store.dialect === 'sqlite' ? 1 : 2;
     // Bigger batches cost less per job, but a SQLite cycle blocks this process while it runs.
-    this.claimAheadMax = options.claimAhead ?? Math.max(this.maxInFlight > 1 ? 500 : 100, 10 * this.concurrency);
+    this.claimAheadMax = options.claimAhead ?? (this.maxInFlight > 1 ? Math.max(500, 10 * this.concurrency) : 100);
     if (!Number.isInteger(this.claimAheadMax) || this.claimAheadMax < 0) throw new TypeError('claimAhead must be a non-negative integer');
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
     this.log = options.logger.child({ workerId: this.id });
@@ -436,33 +437,30 @@ export class Worker {
   private decide(active: Active, outcome: { ok: true; value: unknown } | { ok: false; error: unknown }, kind: ReturnType<typeof abortKindOf>): Outcome {
     const { job, task } = active;
     const now = this.clock();
-    const base = { id: job.id, from: 'running' as const, lease: job.lease, workerId: this.id, at: now };
     if (outcome.ok) {
       let result: unknown = outcome.value ?? null;
       try {
         result = result === null ? null : JSON.parse(JSON.stringify(result));
       } catch (err) {
         const error: JobError = { message: `result is not JSON-serializable: ${(err as Error).message}`, code: 'RESULT_NOT_SERIALIZABLE', retryable: false };
-        return { active, kind: 'failed', params: { ...base, to: 'failed', reason: 'fatal', patch: { error, finishedAt: now } } };
+        return this.outcome(active, 'failed', 'failed', 'fatal', now, { error, finishedAt: now });
       }
       const ttl = task.resultTtlMs ?? job.resultTtlMs ?? this.options.defaults.resultTtlMs;
-      return {
-        active,
-        kind: 'succeeded',
-        params: { ...base, to: 'succeeded', reason: 'completed', patch: { result, error: null, finishedAt: now, expiresAt: now + ttl, clearCheckpoint: true } },
-      };
+      return this.outcome(active, 'succeeded', 'succeeded', 'completed', now, { result, error: null, finishedAt: now, expiresAt: now + ttl, clearCheckpoint: true });
     }
     if (kind === 'cancelled' || kind === 'timeout') return this.cancelledOutcome(active, kind, kind, now);
     if (kind === 'shutdown') return this.handBack(active, now);
     const decision = decideAfterFailure(classifyError(outcome.error), job.attempts, job.maxAttempts, task.backoff, now);
     if (decision.to === 'failed') {
-      return {
-        active,
-        kind: 'failed',
-        params: { ...base, to: 'failed', reason: decision.error.retryable ? 'attempts exhausted' : 'fatal', patch: { error: decision.error, finishedAt: now } },
-      };
+      return this.outcome(active, 'failed', 'failed', decision.error.retryable ? 'attempts exhausted' : 'fatal', now, { error: decision.error, finishedAt: now });
     }
-    return { active, kind: 'retried', params: { ...base, to: 'retrying', reason: 'retry scheduled', patch: { error: decision.error, runAt: decision.runAt } } };
+    return this.outcome(active, 'retried', 'retrying', 'retry scheduled', now, { error: decision.error, runAt: decision.runAt });
+  }
+
+  /** The fenced transition that ends a running attempt (an object literal: spreads cost more than a job here). */
+  private outcome(active: Active, kind: keyof WorkerStats, to: JobState, reason: string, at: number, patch: TransitionParams['patch']): Outcome {
+    const { job } = active;
+    return { active, kind, params: { id: job.id, from: 'running', to, lease: job.lease, workerId: this.id, at, reason, patch } };
   }
 
   private settle(active: Active, outcome: Outcome): void {
@@ -688,8 +686,7 @@ export class Worker {
   }
 
   private handBack(a: Active, now: number): Outcome {
-    const base = { id: a.job.id, from: 'running' as const, lease: a.job.lease, workerId: this.id, at: now };
-    return { active: a, kind: 'handedBack', params: { ...base, to: 'retrying', reason: 'shutdown', patch: { runAt: now, refundAttempt: true } } };
+    return this.outcome(a, 'handedBack', 'retrying', 'shutdown', now, { runAt: now, refundAttempt: true });
   }
 
   private cancelledOutcome(a: Active, kind: 'cancelled' | 'timeout', reason: string, now: number): Outcome {
@@ -698,8 +695,7 @@ export class Worker {
       kind === 'timeout'
         ? { message: `timed out after ${job.timeoutMs} ms`, code: 'TIMEOUT', retryable: false }
         : { message: 'cancelled', code: 'CANCELLED', retryable: false };
-    const base = { id: job.id, from: 'running' as const, lease: job.lease, workerId: this.id, at: now };
-    return { active: a, kind: 'cancelled', params: { ...base, to: 'cancelled', reason, patch: { error, finishedAt: now } } };
+    return this.outcome(a, 'cancelled', 'cancelled', reason, now, { error, finishedAt: now });
   }
 
   /** Resolves when nothing is running or waiting to be written (tests, benchmarks). */
