@@ -243,6 +243,9 @@ export class Worker {
     // Slots free when a handler finishes; jobs claimed ahead wait in `ready`. Each cycle claims
     // at most a slot-full plus one cycle's worth ahead; cycles in flight count as claimed.
     const free = Math.min(this.concurrency + ahead, this.concurrency + ahead * this.maxInFlight - this.running - this.readyCount - this.claiming);
+    // While another cycle is in flight, a small one would only add a commit: what is there now
+    // goes with the next full one, or when the cycle in flight returns.
+    if (this.inFlight > 0 && free < (this.concurrency + ahead) / 2) return false;
     const claim = !this.stopping && free > 0 && (this.wanted || batch.length > 0);
     if (batch.length === 0 && !claim) return false;
     this.outcomes = [];
