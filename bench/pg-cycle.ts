@@ -23,7 +23,8 @@ for (const batch of BATCH) {
   await withDatabase('lhbench_cycle', async (db) => {
     const lh = await Longhaul.open({ database: db.url, tasks: [noop], logger: pino({ level: 'silent' }) });
     try {
-      for (let i = 0; i < JOBS; i += 1000) await lh.submitMany(Array.from({ length: Math.min(1000, JOBS - i) }, (_, j) => ({ type: 'bench.noop', input: { n: i + j } })));
+      for (let i = 0; i < JOBS; i += 1000)
+        await lh.submitMany(Array.from({ length: Math.min(1000, JOBS - i) }, (_, j) => ({ type: 'bench.noop', input: { n: i + j } })));
       const store = lh.store;
       let prev: { id: string; lease: number }[] = [];
       let cycles = 0;
@@ -32,7 +33,16 @@ for (const batch of BATCH) {
       for (;;) {
         const now = Date.now();
         const { jobs } = await store.completeAndClaim({
-          complete: prev.map((j) => ({ id: j.id, from: 'running' as const, to: 'succeeded' as const, lease: j.lease, reason: 'completed', workerId: 'w', at: now, patch: { result: null, error: null, finishedAt: now, expiresAt: now + 86_400_000, clearCheckpoint: true } })),
+          complete: prev.map((j) => ({
+            id: j.id,
+            from: 'running' as const,
+            to: 'succeeded' as const,
+            lease: j.lease,
+            reason: 'completed',
+            workerId: 'w',
+            at: now,
+            patch: { result: null, error: null, finishedAt: now, expiresAt: now + 86_400_000, clearCheckpoint: true },
+          })),
           claim: { workerId: 'w', types: [{ type: 'bench.noop', concurrency: undefined }], limit: batch, now },
         });
         done += prev.length;
@@ -41,7 +51,9 @@ for (const batch of BATCH) {
         prev = jobs.map((j) => ({ id: j.id, lease: j.lease }));
       }
       const ms = performance.now() - t0;
-      console.log(`batch ${batch}: ${done} jobs, ${cycles} cycles, ${(ms / cycles).toFixed(2)} ms/cycle, ${((ms * 1000) / done).toFixed(1)} µs/job, ${Math.round(done / (ms / 1000))} jobs/s`);
+      console.log(
+        `batch ${batch}: ${done} jobs, ${cycles} cycles, ${(ms / cycles).toFixed(2)} ms/cycle, ${((ms * 1000) / done).toFixed(1)} µs/job, ${Math.round(done / (ms / 1000))} jobs/s`,
+      );
     } finally {
       await lh.close();
     }
@@ -49,7 +61,9 @@ for (const batch of BATCH) {
     const c = new pg.Client({ connectionString: db.url });
     await c.connect();
     await new Promise((r) => setTimeout(r, 200));
-    const { rows } = await c.query('SELECT funcname, calls, round(total_time::numeric, 1) AS total_ms, round(self_time::numeric, 1) AS self_ms FROM pg_stat_user_functions ORDER BY total_time DESC');
+    const { rows } = await c.query(
+      'SELECT funcname, calls, round(total_time::numeric, 1) AS total_ms, round(self_time::numeric, 1) AS self_ms FROM pg_stat_user_functions ORDER BY total_time DESC',
+    );
     for (const r of rows) console.log(`  ${r.funcname}: ${r.calls} calls, total ${r.total_ms} ms, self ${r.self_ms} ms`);
     await c.end();
   });

@@ -80,7 +80,9 @@ async function throughputRun(url: string, concurrency: number): Promise<{ enqueu
     if (cpu0) {
       const cpu1 = await cpuTimes(lh);
       const per = (a: number, b: number) => (((b - a) * 1000) / JOBS).toFixed(1);
-      console.error(`c=${concurrency}: CPU per job: this process ${per(cpu0.node, cpu1.node)} µs, server processes of the database ${per(cpu0.server, cpu1.server)} µs (wall ${((processMs * 1000) / JOBS).toFixed(1)} µs)`);
+      console.error(
+        `c=${concurrency}: CPU per job: this process ${per(cpu0.node, cpu1.node)} µs, server processes of the database ${per(cpu0.server, cpu1.server)} µs (wall ${((processMs * 1000) / JOBS).toFixed(1)} µs)`,
+      );
     }
     const after = await lh.store.countByState({});
     if (after.succeeded !== JOBS) throw new Error(`expected ${JOBS} succeeded jobs, found ${JSON.stringify(after)}`);
@@ -139,7 +141,9 @@ notes.push(loadNote('at start', process.env.BENCH_RUN_ALL !== '1'));
 notes.push(`Node ${process.version}, pg ${packageVersion(import.meta.url, 'pg')}, sweeper ${SWEEPER ? 'on' : 'off'}, full job history kept`);
 notes.push(await serverNote());
 notes.push(
-  LIB === undefined ? `library: src/ via tsx; ${gitState(['src'])}` : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}`,
+  LIB === undefined
+    ? `library: src/ via tsx; ${gitState(['src'])}`
+    : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}`,
 );
 notes.push(`enqueue = submitMany in chunks of ${CHUNK}`);
 const enqueue: number[] = [];

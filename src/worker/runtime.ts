@@ -449,13 +449,22 @@ export class Worker {
         return this.outcome(active, 'failed', 'failed', 'fatal', now, { error, finishedAt: now });
       }
       const ttl = task.resultTtlMs ?? job.resultTtlMs ?? this.options.defaults.resultTtlMs;
-      return this.outcome(active, 'succeeded', 'succeeded', 'completed', now, { result, error: null, finishedAt: now, expiresAt: now + ttl, clearCheckpoint: true });
+      return this.outcome(active, 'succeeded', 'succeeded', 'completed', now, {
+        result,
+        error: null,
+        finishedAt: now,
+        expiresAt: now + ttl,
+        clearCheckpoint: true,
+      });
     }
     if (kind === 'cancelled' || kind === 'timeout') return this.cancelledOutcome(active, kind, kind, now);
     if (kind === 'shutdown') return this.handBack(active, now);
     const decision = decideAfterFailure(classifyError(outcome.error), job.attempts, job.maxAttempts, task.backoff, now);
     if (decision.to === 'failed') {
-      return this.outcome(active, 'failed', 'failed', decision.error.retryable ? 'attempts exhausted' : 'fatal', now, { error: decision.error, finishedAt: now });
+      return this.outcome(active, 'failed', 'failed', decision.error.retryable ? 'attempts exhausted' : 'fatal', now, {
+        error: decision.error,
+        finishedAt: now,
+      });
     }
     return this.outcome(active, 'retried', 'retrying', 'retry scheduled', now, { error: decision.error, runAt: decision.runAt });
   }
@@ -508,7 +517,8 @@ export class Worker {
 
   private makeContext(active: Active, useCheckpoint = true): TaskContext {
     const { job, task, controller } = active;
-    let checkpointValue: unknown = useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
+    let checkpointValue: unknown =
+      useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
     let log: Logger | undefined;
     const parentLog = this.log;
     const ctx: TaskContext = {
@@ -533,7 +543,12 @@ export class Worker {
           return checkpointValue;
         },
         save: async (data: unknown) => {
-          const ok = await this.store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: this.clock() });
+          const ok = await this.store.saveCheckpoint({
+            id: job.id,
+            lease: job.lease,
+            checkpoint: { version: task.checkpointVersion, data },
+            now: this.clock(),
+          });
           if (!ok) {
             this.abort(active, 'lease-lost');
             throw new LeaseLostError(job.id);
@@ -707,4 +722,3 @@ export class Worker {
     return new Promise((r) => this.idleWaiters.push(r));
   }
 }
-
