@@ -114,6 +114,8 @@ export class Worker {
    * run a stale attempt and a new one of the same job at once; each must keep its own entry.
    */
   private readonly active = new Map<string, Active>();
+  /** How many entries of `active` each job id has (more than one only after a lease was lost). */
+  private readonly attemptsById = new Map<string, number>();
   /** Claimed jobs whose handler has not started yet, oldest first (from `readyHead` on). */
   private ready: Active[] = [];
   private readyHead = 0;
@@ -364,7 +366,7 @@ export class Worker {
 
   private afterOutcomes(batch: Outcome[], applied: boolean[]): void {
     batch.forEach((o, i) => {
-      this.active.delete(leaseKey(o.active.job));
+      this.forget(o.active.job);
       if (applied[i]) {
         this.stats[o.kind]++;
         this.emitChanged(o.active.job, 'running', o.params.to, o.params.reason);
@@ -373,6 +375,13 @@ export class Worker {
         this.log.warn({ jobId: o.params.id, to: o.params.to }, 'completion refused: this worker no longer holds the lease');
       }
     });
+  }
+
+  private forget(job: JobRecord): void {
+    if (!this.active.delete(leaseKey(job))) return;
+    const n = (this.attemptsById.get(job.id) ?? 1) - 1;
+    if (n > 0) this.attemptsById.set(job.id, n);
+    else this.attemptsById.delete(job.id);
   }
 
   private emitChanged(job: JobRecord, from: JobState, to: JobState, reason: string): void {
@@ -396,8 +405,13 @@ export class Worker {
       reporter: null,
     };
     // Re-claimed while an older attempt of it still runs here: that attempt's lease is gone.
-    for (const other of this.active.values()) if (other.job.id === job.id && other.job.lease < job.lease) this.abort(other, 'lease-lost');
+    // (Looked up by id only when this worker holds another attempt of the job: `active` may hold
+    // hundreds of jobs claimed ahead, and a scan per claimed job would cost more than the job.)
+    if (this.attemptsById.has(job.id)) {
+      for (const other of this.active.values()) if (other.job.id === job.id && other.job.lease < job.lease) this.abort(other, 'lease-lost');
+    }
     this.active.set(leaseKey(job), active);
+    this.attemptsById.set(job.id, (this.attemptsById.get(job.id) ?? 0) + 1);
     this.emitChanged(job, 'queued', 'running', 'claimed');
     if (job.timeoutMs !== null) {
       const elapsed = this.clock() - (job.startedAt ?? this.clock());
@@ -428,7 +442,7 @@ export class Worker {
     if (active.reporter) await active.reporter.close(kind !== 'lease-lost');
     if (kind === 'lease-lost') {
       active.settled = true;
-      this.active.delete(leaseKey(job));
+      this.forget(job);
       this.stats.refused++;
       this.log.warn({ jobId: job.id }, 'lease lost while running; outcome discarded');
       this.schedulePump();
@@ -668,6 +682,7 @@ export class Worker {
       this.timers = [];
       this.unsubscribe = [];
       this.active.clear();
+      this.attemptsById.clear();
     }
   }
 
