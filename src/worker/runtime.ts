@@ -321,7 +321,11 @@ export class Worker {
    */
   private claimAheadTarget(): number {
     if (this.claimAheadMax === 0 || !(this.handlerMs >= 0) || !(this.cycleMs >= 0)) return 0;
-    return Math.min(this.claimAheadMax, Math.floor((this.concurrency * this.cycleMs) / Math.max(this.handlerMs, 0.001)));
+    const n = Math.floor((this.concurrency * this.cycleMs) / Math.max(this.handlerMs, 0.001));
+    if (n >= this.claimAheadMax) return this.claimAheadMax;
+    // Rounded down to a power of two: the averages move all the time, and a store may prepare
+    // one statement per claim size (SQLite does), which an idle worker would pay on its next claim.
+    return n < 1 ? 0 : 2 ** Math.floor(Math.log2(n));
   }
 
   /** Starts waiting jobs while slots are free. */
