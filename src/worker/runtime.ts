@@ -116,6 +116,8 @@ export class Worker {
   private readonly active = new Map<string, Active>();
   /** How many entries of `active` each job id has (more than one only after a lease was lost). */
   private readonly attemptsById = new Map<string, number>();
+  /** Jobs being ended by settleLeftovers (shutdown). */
+  private readonly leaving = new Set<Active>();
   /** Claimed jobs whose handler has not started yet, oldest first (from `readyHead` on). */
   private ready: Active[] = [];
   private readyHead = 0;
@@ -687,6 +689,7 @@ export class Worker {
       this.unsubscribe = [];
       this.active.clear();
       this.attemptsById.clear();
+      this.leaving.clear();
     }
   }
 
@@ -695,11 +698,16 @@ export class Worker {
    * yet seen) ends cancelled, since handing it back would run it again although its user asked it
    * to stop; the others are handed back (retrying, due now, the attempt refunded).
    */
-  private async settleLeftovers(leftovers: Active[]): Promise<void> {
+  private async settleLeftovers(all: Active[]): Promise<void> {
+    // Jobs another call is already ending (a claim returning during stop(), then the drain's
+    // end) are left to it: two hand-backs of one lease would be one too many.
+    const leftovers = all.filter((a) => !a.settled && !this.leaving.has(a));
+    for (const a of leftovers) this.leaving.add(a);
     const requested = await this.cancelRequests(leftovers);
     const now = this.clock();
     for (const [i, a] of leftovers.entries()) {
-      if (a.settled) continue;
+      this.leaving.delete(a);
+      if (a.settled) continue; // finished meanwhile: its own outcome is queued
       const seen = abortKindOf(a.controller.signal);
       const cancel = seen === 'cancelled' || seen === 'timeout' ? seen : requested[i];
       a.settled = true;
