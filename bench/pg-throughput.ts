@@ -16,12 +16,12 @@
  *
  * Prints a table, then one JSON line (the last line of stdout) for bench/run-pg-all.ts.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { packageVersion, serverNote, withDatabase } from './lib/pg-database.js';
-import { type BenchResult, boolFlag, gitState, listFlag, loadNote, median, numFlag, printResult, strFlag, summarise, until } from './lib/util.js';
+import { type BenchResult, boolFlag, gitState, listFlag, loadNote, median, numFlag, printResult, profiled, strFlag, summarise, until } from './lib/util.js';
 
 const JOBS = numFlag('jobs', 10_000);
 const CONCURRENCY = listFlag('concurrency', [10, 50]);
@@ -31,6 +31,10 @@ const LATENCY_SAMPLES = numFlag('latency', 2000);
 const WARMUP = numFlag('warmup', 200);
 const SWEEPER = !boolFlag('no-sweeper');
 const LIB = strFlag('lib');
+/** Also print the CPU time per job of this process and of the database's server processes (same machine only). */
+const CPU = boolFlag('cpu');
+/** `--profile PREFIX`: a CPU profile of each processing phase, PREFIX-c<c>.cpuprofile (use with --runs 1 and --lib). */
+const PROFILE = strFlag('profile');
 
 // The library under test: src/ through tsx by default, or compiled JS (`--lib dist` after
 // `npm run build`, or a commit built by bench/snapshot.sh), as in bench/sqlite-throughput.ts.
@@ -66,16 +70,44 @@ async function throughputRun(url: string, concurrency: number): Promise<{ enqueu
     const before = await lh.store.countByState({});
     if (before.queued !== JOBS) throw new Error(`expected ${JOBS} queued jobs, found ${before.queued}`);
 
+    const cpu0 = CPU ? await cpuTimes(lh) : null;
     const t1 = performance.now();
-    const worker = await lh.startWorker({ concurrency, sweeper: SWEEPER });
-    await until(() => worker.stats.succeeded >= JOBS, 2);
+    await profiled(PROFILE && `${PROFILE}-c${concurrency}.cpuprofile`, 100, async () => {
+      const worker = await lh.startWorker({ concurrency, sweeper: SWEEPER });
+      await until(() => worker.stats.succeeded >= JOBS, 2);
+    });
     const processMs = performance.now() - t1;
+    if (cpu0) {
+      const cpu1 = await cpuTimes(lh);
+      const per = (a: number, b: number) => (((b - a) * 1000) / JOBS).toFixed(1);
+      console.error(
+        `c=${concurrency}: CPU per job: this process ${per(cpu0.node, cpu1.node)} µs, server processes of the database ${per(cpu0.server, cpu1.server)} µs (wall ${((processMs * 1000) / JOBS).toFixed(1)} µs)`,
+      );
+    }
     const after = await lh.store.countByState({});
     if (after.succeeded !== JOBS) throw new Error(`expected ${JOBS} succeeded jobs, found ${JSON.stringify(after)}`);
     return { enqueuePerSec: JOBS / (enqueueMs / 1000), processedPerSec: JOBS / (processMs / 1000) };
   } finally {
     await lh.close();
   }
+}
+
+/** CPU ms used so far by this process and by the server processes (backends) of the benchmark's database. */
+async function cpuTimes(lh: Awaited<ReturnType<Lib['Longhaul']['open']>>): Promise<{ node: number; server: number }> {
+  const u = process.cpuUsage();
+  const pool = (lh.store as unknown as { pool: { query(sql: string): Promise<{ rows: { pid: number }[] }> } }).pool;
+  const { rows } = await pool.query('SELECT pid FROM pg_stat_activity WHERE datname = current_database()');
+  const tick = 100; // USER_HZ
+  let server = 0;
+  for (const { pid } of rows) {
+    try {
+      const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+      server += ((Number(f[11]) + Number(f[12])) * 1000) / tick;
+    } catch {
+      // not on this machine, or gone
+    }
+  }
+  return { node: (u.user + u.system) / 1000, server };
 }
 
 async function latency(url: string): Promise<number[]> {
@@ -109,7 +141,9 @@ notes.push(loadNote('at start', process.env.BENCH_RUN_ALL !== '1'));
 notes.push(`Node ${process.version}, pg ${packageVersion(import.meta.url, 'pg')}, sweeper ${SWEEPER ? 'on' : 'off'}, full job history kept`);
 notes.push(await serverNote());
 notes.push(
-  LIB === undefined ? `library: src/ via tsx; ${gitState(['src'])}` : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}`,
+  LIB === undefined
+    ? `library: src/ via tsx; ${gitState(['src'])}`
+    : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}`,
 );
 notes.push(`enqueue = submitMany in chunks of ${CHUNK}`);
 const enqueue: number[] = [];

@@ -4,6 +4,8 @@
  *
  * One loop (`pump`) does all store writes for claims and completions, so completions that
  * land together are written in one transaction and the freed slots are refilled right after.
+ * With a store behind a round trip (PostgreSQL) it keeps two such cycles in flight, and it
+ * claims a little ahead (see `claimAhead`), so that jobs run while the next cycle is written.
  * Idle workers wake on an in-process event (a submit in this process) or on a cheap change
  * poll of the store (another process wrote), never by re-running the claim query blindly.
  */
@@ -44,6 +46,15 @@ export interface WorkerOptions {
   defaults: WorkerDefaults;
   /** Jobs run at once by this worker. Default 10. */
   concurrency?: number;
+  /**
+   * Most jobs claimed ahead of free slots, held until a slot frees (they are `running` in the
+   * store, leased and heartbeated, from their claim). How many are claimed ahead adapts: about
+   * as many as the handlers finish during one store round trip, so a job waits locally for
+   * about one round trip at most, and slow handlers get none. 0 turns it off. Default
+   * 100 on SQLite (a longer cycle would hold up this process), max(500, 10 × concurrency) on
+   * PostgreSQL.
+   */
+  claimAhead?: number;
   workerId?: string;
   /** How often an idle worker asks the store whether anything changed. Default 50 ms. */
   pollIntervalMs?: number;
@@ -79,12 +90,19 @@ interface Active {
   timeoutTimer: LongTimer | null;
   /** Set once the job's outcome is queued for writing (or it was handed back). */
   settled: boolean;
+  /** Its handler was started (jobs claimed ahead wait in `ready` until a slot frees). */
+  started: boolean;
 }
 
 interface Outcome {
   params: TransitionParams;
   active: Active;
   kind: keyof WorkerStats;
+}
+
+/** Exponential moving average (new samples weigh 1/4); the first sample starts it. */
+function average(prev: number, sample: number): number {
+  return Number.isNaN(prev) ? sample : prev + (sample - prev) / 4;
 }
 
 function leaseKey(job: JobRecord): string {
@@ -106,9 +124,28 @@ export class Worker {
    * run a stale attempt and a new one of the same job at once; each must keep its own entry.
    */
   private readonly active = new Map<string, Active>();
+  /** How many entries of `active` each job id has (more than one only after a lease was lost). */
+  private readonly attemptsById = new Map<string, number>();
+  /** Jobs being ended by settleLeftovers (shutdown). */
+  private readonly leaving = new Set<Active>();
+  /** Claimed jobs whose handler has not started yet, oldest first (from `readyHead` on). */
+  private ready: Active[] = [];
+  private readyHead = 0;
+  /** Handlers started and not finished: at most `concurrency`. */
+  private running = 0;
+  private readonly claimAheadMax: number;
+  /** Moving averages (ms) of a handler's run time and of a store cycle; NaN until measured. */
+  private handlerMs = Number.NaN;
+  private cycleMs = Number.NaN;
   private outcomes: Outcome[] = [];
-  private pumping = false;
-  private pumpAgain = false;
+  /** Store cycles being written, and the jobs they claim (not yet in `ready`). */
+  private inFlight = 0;
+  private claiming = 0;
+  /** 1 for a store written in-process (SQLite), 2 for one behind a round trip. */
+  private readonly maxInFlight: number;
+  private pumpScheduled = false;
+  /** Set after a failed cycle until its back-off ends. */
+  private pumpHeld = false;
   private wanted = true;
   private stopping = false;
   private started = false;
@@ -127,6 +164,10 @@ export class Worker {
     this.concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new TypeError('concurrency must be a positive integer');
     this.clock = options.clock ?? Date.now;
+    this.maxInFlight = this.store.dialect === 'sqlite' ? 1 : 2;
+    // Bigger batches cost less per job, but a SQLite cycle blocks this process while it runs.
+    this.claimAheadMax = options.claimAhead ?? (this.maxInFlight > 1 ? Math.max(500, 10 * this.concurrency) : 100);
+    if (!Number.isInteger(this.claimAheadMax) || this.claimAheadMax < 0) throw new TypeError('claimAhead must be a non-negative integer');
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
     this.log = options.logger.child({ workerId: this.id });
     this.claimTypes = [...this.tasks.values()].map((t) => ({ type: t.type, concurrency: t.concurrency }));
@@ -152,7 +193,7 @@ export class Worker {
       this.bus.on('job:cancel-requested', ({ id, reason }) => this.abortLocal(id, reason === 'timeout' ? 'timeout' : 'cancelled')),
     );
     this.every(poll, async () => {
-      if (this.active.size >= this.concurrency) return;
+      if (this.running + this.readyCount >= this.concurrency) return;
       if ((await this.store.pollChanges()) || this.clock() - this.lastClaimAt >= maxIdle) this.wake();
     });
     const heartbeatTick = Math.min(1000, ...[...this.tasks.values()].map((t) => t.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs));
@@ -187,66 +228,148 @@ export class Worker {
   }
 
   private schedulePump(): void {
-    if (this.pumping) {
-      this.pumpAgain = true;
-      return;
-    }
-    this.pumping = true;
-    setImmediate(() => void this.pump());
+    if (this.pumpScheduled || this.pumpHeld) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
   }
 
-  private async pump(): Promise<void> {
-    // Outcomes taken off the queue but not yet written: put back if the write fails.
-    let unwritten: Outcome[] = [];
+  /** True while a cycle is being written or about to start. */
+  private get pumping(): boolean {
+    return this.inFlight > 0 || this.pumpScheduled;
+  }
+
+  /**
+   * Starts store cycles (completions + claim) while there is something to write or room to
+   * claim, up to `maxInFlight` at once: with a store behind a round trip, the next cycle is
+   * written while this process runs the jobs of the last one.
+   */
+  private pump(): void {
+    while (!this.pumpHeld && this.inFlight < this.maxInFlight && this.startCycle());
+    if (!this.pumping && this.active.size === 0 && this.outcomes.length === 0) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private startCycle(): boolean {
+    const batch = this.outcomes;
+    const ahead = this.claimAheadTarget();
+    // Slots free when a handler finishes; jobs claimed ahead wait in `ready`. Each cycle claims
+    // at most a slot-full plus one cycle's worth ahead; cycles in flight count as claimed.
+    const free = Math.min(this.concurrency + ahead, this.concurrency + ahead * this.maxInFlight - this.running - this.readyCount - this.claiming);
+    // While another cycle is in flight, a small one would only add a commit: what is there now
+    // goes with the next full one, or when the cycle in flight returns.
+    if (this.inFlight > 0 && free < (this.concurrency + ahead) / 2) return false;
+    const claim = !this.stopping && free > 0 && (this.wanted || batch.length > 0);
+    if (batch.length === 0 && !claim) return false;
+    this.outcomes = [];
+    const limit = claim ? free : 0;
+    if (claim) {
+      this.wanted = false;
+      this.lastClaimAt = this.clock();
+    }
+    this.inFlight++;
+    this.claiming += limit;
+    void this.cycle(batch, limit);
+    return true;
+  }
+
+  private async cycle(batch: Outcome[], limit: number): Promise<void> {
+    const clock = this.clock;
+    const t0 = performance.now();
+    let jobs: JobRecord[] = [];
     try {
-      do {
-        this.pumpAgain = false;
-        const batch = this.outcomes;
-        this.outcomes = [];
-        unwritten = batch;
-        // Jobs whose outcome is in this batch free their slots once it is written.
-        const free = this.concurrency - (this.active.size - batch.length);
-        const claim = !this.stopping && free > 0 && (this.wanted || batch.length > 0);
-        if (batch.length === 0 && !claim) continue;
-        if (claim) {
-          this.wanted = false;
-          this.lastClaimAt = this.clock();
-        }
-        const clock = this.clock;
-        const { applied, jobs } = await this.store.completeAndClaim({
-          complete: batch.map((o) => o.params),
-          // A getter: the store reads it inside its transaction, after any wait for the write
-          // lock, so a lease never starts before the claim was actually made.
-          claim: {
-            workerId: this.id,
-            types: this.claimTypes,
-            limit: claim ? free : 0,
-            get now() {
-              return clock();
-            },
+      const res = await this.store.completeAndClaim({
+        complete: batch.map((o) => o.params),
+        // A getter: the store reads it inside its transaction, after any wait for the write
+        // lock, so a lease never starts before the claim was actually made.
+        claim: {
+          workerId: this.id,
+          types: this.claimTypes,
+          limit,
+          get now() {
+            return clock();
           },
-        });
-        unwritten = [];
-        this.afterOutcomes(batch, applied);
-        this.stats.claimed += jobs.length;
-        // A full batch means more may be waiting: claim again as soon as slots free up.
-        if (claim && jobs.length === free) this.wanted = true;
-        for (const job of jobs) this.begin(job);
-      } while (this.pumpAgain || this.outcomes.length > 0);
+        },
+      });
+      jobs = res.jobs;
+      if (limit > 0) this.cycleMs = average(this.cycleMs, performance.now() - t0);
+      this.afterOutcomes(batch, res.applied);
+      this.stats.claimed += jobs.length;
+      // A full batch means more may be waiting: claim again as soon as slots free up.
+      if (limit > 0 && jobs.length === limit) this.wanted = true;
       this.pumpFailures = 0;
     } catch (err) {
       // The transaction rolled back: nothing was completed or claimed. Keep the outcomes for the
       // next pass (dropping them would leave their jobs running without heartbeats until reaped).
-      this.outcomes = unwritten.concat(this.outcomes);
+      this.outcomes = batch.concat(this.outcomes);
       this.pumpFailures++;
       this.log.error({ err }, 'worker loop failed; retrying');
       const delay = Math.min(5000, 50 * 2 ** Math.min(this.pumpFailures, 7));
-      this.pumping = false;
-      setTimeout(() => this.wake(), delay).unref?.();
-      return;
+      this.pumpHeld = true;
+      setTimeout(() => {
+        this.pumpHeld = false;
+        this.wake();
+      }, delay).unref?.();
+    } finally {
+      this.inFlight--;
+      this.claiming -= limit;
     }
-    this.pumping = false;
-    if (this.active.size === 0 && this.outcomes.length === 0) for (const w of this.idleWaiters.splice(0)) w();
+    for (const job of jobs) this.begin(job);
+    if (this.stopping) this.handBackReady();
+    // Write what finished meanwhile and claim the next batch before running this one.
+    this.pump();
+    if (!this.stopping) this.startReady();
+  }
+
+  private get readyCount(): number {
+    return this.ready.length - this.readyHead;
+  }
+
+  /**
+   * How many jobs to hold beyond the free slots: as many as the handlers get through during one
+   * store cycle (concurrency × cycle time / handler time), so that slots never wait for a round
+   * trip while work is queued, and a job claimed ahead waits about one cycle at most.
+   */
+  private claimAheadTarget(): number {
+    if (this.claimAheadMax === 0 || !(this.handlerMs >= 0) || !(this.cycleMs >= 0)) return 0;
+    const n = Math.floor((this.concurrency * this.cycleMs) / Math.max(this.handlerMs, 0.001));
+    if (n >= this.claimAheadMax) return this.claimAheadMax;
+    // Rounded down to a power of two: the averages move all the time, and a store may prepare
+    // one statement per claim size (SQLite does), which an idle worker would pay on its next claim.
+    return n < 1 ? 0 : 2 ** Math.floor(Math.log2(n));
+  }
+
+  /** Starts waiting jobs while slots are free. */
+  private startReady(): void {
+    while (this.running < this.concurrency && this.readyHead < this.ready.length) {
+      const active = this.ready[this.readyHead++] as Active;
+      if (active.settled) continue; // handed back while waiting (shutdown)
+      active.started = true;
+      this.running++;
+      void this.execute(active);
+    }
+    if (this.readyHead === this.ready.length) {
+      this.ready = [];
+      this.readyHead = 0;
+    }
+  }
+
+  /** Jobs a claim returned after stop() began: handed back without running. */
+  private handBackReady(): void {
+    const waiting = this.takeReady();
+    if (waiting.length === 0) return;
+    this.settleLeftovers(waiting)
+      .catch((err) => this.log.error({ err }, 'could not hand back jobs claimed during shutdown'))
+      .finally(() => this.schedulePump());
+  }
+
+  /** Takes every job still waiting for a slot off the ready list (shutdown). */
+  private takeReady(): Active[] {
+    const out = this.ready.slice(this.readyHead).filter((a) => !a.settled);
+    this.ready = [];
+    this.readyHead = 0;
+    return out;
   }
 
   /** Writes pending outcomes without claiming (shutdown). */
@@ -259,7 +382,7 @@ export class Worker {
 
   private afterOutcomes(batch: Outcome[], applied: boolean[]): void {
     batch.forEach((o, i) => {
-      this.active.delete(leaseKey(o.active.job));
+      this.forget(o.active.job);
       if (applied[i]) {
         this.stats[o.kind]++;
         this.emitChanged(o.active.job, 'running', o.params.to, o.params.reason);
@@ -268,6 +391,13 @@ export class Worker {
         this.log.warn({ jobId: o.params.id, to: o.params.to }, 'completion refused: this worker no longer holds the lease');
       }
     });
+  }
+
+  private forget(job: JobRecord): void {
+    if (!this.active.delete(leaseKey(job))) return;
+    const n = (this.attemptsById.get(job.id) ?? 1) - 1;
+    if (n > 0) this.attemptsById.set(job.id, n);
+    else this.attemptsById.delete(job.id);
   }
 
   private emitChanged(job: JobRecord, from: JobState, to: JobState, reason: string): void {
@@ -287,23 +417,30 @@ export class Worker {
       nextHeartbeatAt: this.clock() + (task.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs),
       timeoutTimer: null,
       settled: false,
+      started: false,
       reporter: null,
     };
     // Re-claimed while an older attempt of it still runs here: that attempt's lease is gone.
-    for (const other of this.active.values()) if (other.job.id === job.id && other.job.lease < job.lease) this.abort(other, 'lease-lost');
+    // (Looked up by id only when this worker holds another attempt of the job: `active` may hold
+    // hundreds of jobs claimed ahead, and a scan per claimed job would cost more than the job.)
+    if (this.attemptsById.has(job.id)) {
+      for (const other of this.active.values()) if (other.job.id === job.id && other.job.lease < job.lease) this.abort(other, 'lease-lost');
+    }
     this.active.set(leaseKey(job), active);
+    this.attemptsById.set(job.id, (this.attemptsById.get(job.id) ?? 0) + 1);
     this.emitChanged(job, 'queued', 'running', 'claimed');
     if (job.timeoutMs !== null) {
       const elapsed = this.clock() - (job.startedAt ?? this.clock());
       active.timeoutTimer = longTimeout(() => void this.requestTimeout(active), Math.max(0, job.timeoutMs - elapsed));
     }
     if (job.cancelRequested) this.abort(active, job.cancelReason === 'timeout' ? 'timeout' : 'cancelled');
-    void this.execute(active);
+    this.ready.push(active);
   }
 
   private async execute(active: Active): Promise<void> {
     const { job, task, controller } = active;
     let outcome: { ok: true; value: unknown } | { ok: false; error: unknown };
+    const t0 = performance.now();
     try {
       const ctx = this.needsCheckpointNote(active) ? await this.makeContextAfterNote(active) : this.makeContext(active);
       const value = await task.run(job.input, ctx);
@@ -311,13 +448,17 @@ export class Worker {
     } catch (error) {
       outcome = { ok: false, error };
     }
+    // The handler is done: its slot goes to the next waiting job; the outcome is written by the loop.
+    this.handlerMs = average(this.handlerMs, performance.now() - t0);
+    this.running--;
+    this.startReady();
     active.timeoutTimer?.cancel();
     if (active.settled) return; // handed back at shutdown: the transition is already written
     const kind = abortKindOf(controller.signal);
     if (active.reporter) await active.reporter.close(kind !== 'lease-lost');
     if (kind === 'lease-lost') {
       active.settled = true;
-      this.active.delete(leaseKey(job));
+      this.forget(job);
       this.stats.refused++;
       this.log.warn({ jobId: job.id }, 'lease lost while running; outcome discarded');
       this.schedulePump();
@@ -329,33 +470,39 @@ export class Worker {
   private decide(active: Active, outcome: { ok: true; value: unknown } | { ok: false; error: unknown }, kind: ReturnType<typeof abortKindOf>): Outcome {
     const { job, task } = active;
     const now = this.clock();
-    const base = { id: job.id, from: 'running' as const, lease: job.lease, workerId: this.id, at: now };
     if (outcome.ok) {
       let result: unknown = outcome.value ?? null;
       try {
         result = result === null ? null : JSON.parse(JSON.stringify(result));
       } catch (err) {
         const error: JobError = { message: `result is not JSON-serializable: ${(err as Error).message}`, code: 'RESULT_NOT_SERIALIZABLE', retryable: false };
-        return { active, kind: 'failed', params: { ...base, to: 'failed', reason: 'fatal', patch: { error, finishedAt: now } } };
+        return this.outcome(active, 'failed', 'failed', 'fatal', now, { error, finishedAt: now });
       }
       const ttl = task.resultTtlMs ?? job.resultTtlMs ?? this.options.defaults.resultTtlMs;
-      return {
-        active,
-        kind: 'succeeded',
-        params: { ...base, to: 'succeeded', reason: 'completed', patch: { result, error: null, finishedAt: now, expiresAt: now + ttl, clearCheckpoint: true } },
-      };
+      return this.outcome(active, 'succeeded', 'succeeded', 'completed', now, {
+        result,
+        error: null,
+        finishedAt: now,
+        expiresAt: now + ttl,
+        clearCheckpoint: true,
+      });
     }
     if (kind === 'cancelled' || kind === 'timeout') return this.cancelledOutcome(active, kind, kind, now);
     if (kind === 'shutdown') return this.handBack(active, now);
     const decision = decideAfterFailure(classifyError(outcome.error), job.attempts, job.maxAttempts, task.backoff, now);
     if (decision.to === 'failed') {
-      return {
-        active,
-        kind: 'failed',
-        params: { ...base, to: 'failed', reason: decision.error.retryable ? 'attempts exhausted' : 'fatal', patch: { error: decision.error, finishedAt: now } },
-      };
+      return this.outcome(active, 'failed', 'failed', decision.error.retryable ? 'attempts exhausted' : 'fatal', now, {
+        error: decision.error,
+        finishedAt: now,
+      });
     }
-    return { active, kind: 'retried', params: { ...base, to: 'retrying', reason: 'retry scheduled', patch: { error: decision.error, runAt: decision.runAt } } };
+    return this.outcome(active, 'retried', 'retrying', 'retry scheduled', now, { error: decision.error, runAt: decision.runAt });
+  }
+
+  /** The fenced transition that ends a running attempt (an object literal: spreads cost more than a job here). */
+  private outcome(active: Active, kind: keyof WorkerStats, to: JobState, reason: string, at: number, patch: TransitionParams['patch']): Outcome {
+    const { job } = active;
+    return { active, kind, params: { id: job.id, from: 'running', to, lease: job.lease, workerId: this.id, at, reason, patch } };
   }
 
   private settle(active: Active, outcome: Outcome): void {
@@ -400,7 +547,8 @@ export class Worker {
 
   private makeContext(active: Active, useCheckpoint = true): TaskContext {
     const { job, task, controller } = active;
-    let checkpointValue: unknown = useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
+    let checkpointValue: unknown =
+      useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
     let log: Logger | undefined;
     let results: ResultsHandle | undefined;
     let uploads: UploadsHandle | undefined;
@@ -428,7 +576,12 @@ export class Worker {
           return checkpointValue;
         },
         save: async (data: unknown) => {
-          const ok = await this.store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: this.clock() });
+          const ok = await this.store.saveCheckpoint({
+            id: job.id,
+            lease: job.lease,
+            checkpoint: { version: task.checkpointVersion, data },
+            now: this.clock(),
+          });
           if (!ok) {
             this.abort(active, 'lease-lost');
             throw new LeaseLostError(job.id);
@@ -534,25 +687,18 @@ export class Worker {
   async stop(options: { drainMs?: number } = {}): Promise<void> {
     if (!this.started) return;
     this.stopping = true;
+    // Jobs claimed ahead and not started go back at once, without waiting for the drain.
+    const waiting = this.takeReady();
+    if (waiting.length > 0) {
+      await this.settleLeftovers(waiting);
+      this.schedulePump();
+    }
     const drainMs = options.drainMs ?? 10_000;
     if (this.active.size > 0 || this.outcomes.length > 0 || this.pumping) {
       await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), sleepLong(drainMs)]);
     }
     const leftovers = [...this.active.values()].filter((a) => !a.settled);
-    if (leftovers.length > 0) {
-      // A job whose cancel was requested (here, or by another process and not yet seen) ends
-      // cancelled: handing it back would run it again although its user asked it to stop.
-      const requested = await this.cancelRequests(leftovers);
-      const now = this.clock();
-      for (const [i, a] of leftovers.entries()) {
-        const seen = abortKindOf(a.controller.signal);
-        const cancel = seen === 'cancelled' || seen === 'timeout' ? seen : requested[i];
-        a.settled = true;
-        this.abort(a, 'shutdown');
-        await a.reporter?.close(true);
-        this.outcomes.push(cancel ? this.cancelledOutcome(a, cancel, `${cancel} (worker stopping)`, now) : this.handBack(a, now));
-      }
-    }
+    if (leftovers.length > 0) await this.settleLeftovers(leftovers);
     while (this.pumping) await new Promise((r) => setTimeout(r, 5));
     try {
       await this.flushOutcomes();
@@ -565,6 +711,33 @@ export class Worker {
       this.timers = [];
       this.unsubscribe = [];
       this.active.clear();
+      this.attemptsById.clear();
+      this.leaving.clear();
+    }
+  }
+
+  /**
+   * Ends jobs at shutdown: a job whose cancel was requested (here, or by another process and not
+   * yet seen) ends cancelled, since handing it back would run it again although its user asked it
+   * to stop; the others are handed back (retrying, due now, the attempt refunded).
+   */
+  private async settleLeftovers(all: Active[]): Promise<void> {
+    // Jobs another call is already ending (a claim returning during stop(), then the drain's
+    // end) are left to it: two hand-backs of one lease would be one too many.
+    const leftovers = all.filter((a) => !a.settled && !this.leaving.has(a));
+    for (const a of leftovers) this.leaving.add(a);
+    const requested = await this.cancelRequests(leftovers);
+    const now = this.clock();
+    for (const [i, a] of leftovers.entries()) {
+      this.leaving.delete(a);
+      if (a.settled) continue; // finished meanwhile: its own outcome is queued
+      const seen = abortKindOf(a.controller.signal);
+      const cancel = seen === 'cancelled' || seen === 'timeout' ? seen : requested[i];
+      a.settled = true;
+      if (!a.started) a.timeoutTimer?.cancel();
+      this.abort(a, 'shutdown');
+      await a.reporter?.close(true);
+      this.outcomes.push(cancel ? this.cancelledOutcome(a, cancel, `${cancel} (worker stopping)`, now) : this.handBack(a, now));
     }
   }
 
@@ -581,8 +754,7 @@ export class Worker {
   }
 
   private handBack(a: Active, now: number): Outcome {
-    const base = { id: a.job.id, from: 'running' as const, lease: a.job.lease, workerId: this.id, at: now };
-    return { active: a, kind: 'handedBack', params: { ...base, to: 'retrying', reason: 'shutdown', patch: { runAt: now, refundAttempt: true } } };
+    return this.outcome(a, 'handedBack', 'retrying', 'shutdown', now, { runAt: now, refundAttempt: true });
   }
 
   private cancelledOutcome(a: Active, kind: 'cancelled' | 'timeout', reason: string, now: number): Outcome {
@@ -591,8 +763,7 @@ export class Worker {
       kind === 'timeout'
         ? { message: `timed out after ${job.timeoutMs} ms`, code: 'TIMEOUT', retryable: false }
         : { message: 'cancelled', code: 'CANCELLED', retryable: false };
-    const base = { id: job.id, from: 'running' as const, lease: job.lease, workerId: this.id, at: now };
-    return { active: a, kind: 'cancelled', params: { ...base, to: 'cancelled', reason, patch: { error, finishedAt: now } } };
+    return this.outcome(a, 'cancelled', 'cancelled', reason, now, { error, finishedAt: now });
   }
 
   /** Resolves when nothing is running or waiting to be written (tests, benchmarks). */
@@ -601,4 +772,3 @@ export class Worker {
     return new Promise((r) => this.idleWaiters.push(r));
   }
 }
-

@@ -217,7 +217,7 @@ export class SqliteStore implements Store {
    * any other connection's write lock (up to busyTimeoutMs): a caller may pass it as a getter
    * (the worker does) so that a claim made after a long wait does not start in the past.
    */
-  private write<T>(fn: () => T, rows = 1): T {
+  private write<T>(fn: () => T, rows: number | ((out: T) => number) = 1): T {
     this.beginStmt.run();
     let out: T;
     try {
@@ -227,7 +227,7 @@ export class SqliteStore implements Store {
       if (this.db.inTransaction) this.rollbackStmt.run();
       throw err;
     }
-    this.checkpointer?.afterCommit(rows);
+    this.checkpointer?.afterCommit(typeof rows === 'number' ? rows : rows(out));
     return out;
   }
 
@@ -322,10 +322,7 @@ export class SqliteStore implements Store {
   }
 
   async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number }): Promise<InsertResult[]> {
-    return this.write(
-      () => params.jobs.map((job) => this.insertOne(job, params.maxBacklog)),
-      params.jobs.length,
-    );
+    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog)), params.jobs.length);
   }
 
   // ---- reads --------------------------------------------------------------------------
@@ -414,7 +411,10 @@ export class SqliteStore implements Store {
 
   async claimJobs(params: ClaimParams): Promise<JobRecord[]> {
     if (params.limit <= 0 || params.types.length === 0) return [];
-    return this.write(() => this.claimSync(params), params.limit);
+    return this.write(
+      () => this.claimSync(params),
+      (jobs) => jobs.length,
+    );
   }
 
   async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
@@ -422,11 +422,15 @@ export class SqliteStore implements Store {
     for (const p of complete) checkTransition(p);
     const claiming = claim.limit > 0 && claim.types.length > 0;
     if (complete.length === 0 && !claiming) return { applied: [], jobs: [] };
-    return this.write(() => {
-      const applied = new Array<boolean>(complete.length);
-      for (let i = 0; i < complete.length; i++) applied[i] = this.transitions.apply(complete[i] as TransitionParams);
-      return { applied, jobs: claiming ? this.claimSync(claim) : [] };
-    }, complete.length + claim.limit);
+    return this.write(
+      () => {
+        const applied = new Array<boolean>(complete.length);
+        for (let i = 0; i < complete.length; i++) applied[i] = this.transitions.apply(complete[i] as TransitionParams);
+        return { applied, jobs: claiming ? this.claimSync(claim) : [] };
+      },
+      // Rows written (they pace the checkpoints), not the claim's limit, which may be far more.
+      (out) => out.applied.length + out.jobs.length,
+    );
   }
 
   /**
