@@ -5,7 +5,10 @@
  */
 import { createHash } from 'node:crypto';
 import pino, { type Logger } from 'pino';
+import { type BusBridge, connectBus } from './channel/bridge.js';
 import { JobBus } from './channel/bus.js';
+import type { Channel } from './channel/channel.js';
+import { createChannel } from './channel/create.js';
 import { type LonghaulConfig, resolveConfig } from './config.js';
 import {
   IdempotencyConflictError,
@@ -33,6 +36,15 @@ export interface OpenOptions extends Partial<LonghaulConfig> {
   /** A SQLite path or a `postgres://` URL (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
   database?: string;
   store?: Store;
+  /**
+   * How job events and progress reach the other processes of a deployment (other API servers'
+   * SSE/WebSocket clients, workers running a job someone cancels):
+   * - undefined (default): Redis pub/sub when `redisUrl` (or `LONGHAUL_REDIS_URL`) is set, else
+   *   LISTEN/NOTIFY when the database is PostgreSQL, else none (SQLite: one machine, store polling);
+   * - a Channel: that one (Longhaul neither opens nor closes it);
+   * - false: none (a process that only migrates, or a single process on PostgreSQL).
+   */
+  channel?: Channel | false;
   /** Tasks: an array, an object of tasks, or an imported tasks module. */
   tasks?: readonly Task[] | Record<string, unknown>;
   logger?: Logger;
@@ -134,6 +146,11 @@ function jsonCopy(value: unknown, what: string): unknown {
   }
 }
 
+/** How often a watch reads the store when no channel relays other processes' changes. */
+const WATCH_POLL_MS = 250;
+/** With a channel: a read now and then, in case a relayed event was lost. */
+const WATCH_SAFETY_POLL_MS = 2000;
+
 function snapshotKey(s: JobSnapshot): string {
   return `${s.status}|${s.updatedAt}|${s.progress.updatedAt}|${s.cancelRequested}|${s.stalled}|${s.attempts}`;
 }
@@ -151,6 +168,8 @@ export class Longhaul {
   );
   private closed = false;
   private signalCleanup: (() => void) | null = null;
+  /** Relays this process's bus to and from `channel`. */
+  private readonly bridge: BusBridge | null;
 
   private constructor(
     readonly store: Store,
@@ -158,10 +177,20 @@ export class Longhaul {
     tasks: Task[],
     logger: Logger,
     private readonly ownsStore: boolean,
+    /** The relay between processes (null: none, changes made elsewhere are seen by polling the store). */
+    readonly channel: Channel | null,
+    private readonly ownsChannel: boolean,
   ) {
     this.config = config;
     this.logger = logger;
     for (const t of tasks) this.taskMap.set(t.type, t);
+    this.bridge = channel
+      ? connectBus(this.bus, channel, {
+          // A progress too large for a NOTIFY arrives without its value: read it from the store.
+          getProgress: async (id) => (await this.store.getJob({ id }))?.progress ?? null,
+          logger: logger.child({ component: 'channel', transport: channel.transport }),
+        })
+      : null;
   }
 
   static async open(options: OpenOptions = {}): Promise<Longhaul> {
@@ -175,7 +204,44 @@ export class Longhaul {
         : new SqliteStore({ path: config.database });
     }
     await store.migrate();
-    return new Longhaul(store, config, tasks, logger, options.store === undefined);
+    let channel: Channel | null = null;
+    if (options.channel !== undefined) {
+      channel = options.channel === false ? null : options.channel;
+    } else {
+      const pgStore = store instanceof PostgresStore ? store : null;
+      try {
+        channel = createChannel({
+          databaseUrl: pgStore ? pgStore.options.connectionString : config.database,
+          redisUrl: config.redisUrl ?? '',
+          redisPrefix: config.redisPrefix,
+          ...(pgStore ? { pool: pgStore.pool, notifyChannel: `${pgStore.schema}_events` } : {}),
+          logger: logger.child({ component: 'channel' }),
+        });
+      } catch (err) {
+        if (options.store === undefined) await store.close();
+        throw err;
+      }
+    }
+    const lh = new Longhaul(store, config, tasks, logger, options.store === undefined, channel, options.channel === undefined && channel !== null);
+    if (channel) await lh.channelReady(channel);
+    return lh;
+  }
+
+  /**
+   * Waits (a few seconds at most) for the channel to receive, so that a process that reports
+   * ready also relays. A channel that is down does not stop the process: it reconnects by itself
+   * and, meanwhile, watchers catch up by reading the store.
+   */
+  private async channelReady(channel: Channel, timeoutMs = 5000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const up = await Promise.race([
+      channel.ready().then(() => true, () => false),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!up) this.logger.warn({ transport: channel.transport }, 'the events channel is not up yet; continuing (it reconnects by itself, streams fall back to reading the store)');
   }
 
   /** Registers more tasks (e.g. a tasks module loaded after open). */
@@ -431,7 +497,9 @@ export class Longhaul {
   /**
    * Snapshots of one job as it changes: the current one first, then one per visible change
    * (state, flags, progress), ending after the terminal snapshot. Changes made in this process
-   * arrive at once; changes made by other processes are picked up by polling (`pollMs`).
+   * arrive at once; so do changes made by other processes when a channel relays them (PostgreSQL
+   * NOTIFY or Redis), with a store read every 2 s as a safety net. Without a channel they are
+   * picked up by polling the store (`pollMs`, default 250 ms).
    */
   async *watch(id: string, options: TenantScope & { signal?: AbortSignal; pollMs?: number } = {}): AsyncGenerator<JobSnapshot> {
     this.assertOpen();
@@ -447,6 +515,8 @@ export class Longhaul {
     let pushed: JobSnapshot | null = null;
     const offs = [
       this.bus.on('job:changed', (e) => e.id === id && poke()),
+      // Relayed events may have been lost while the channel was down: read the store again.
+      this.bus.on('channel:resync', poke),
       this.bus.on('job:progress', (e) => {
         if (e.id !== id || !last || last.status !== 'running') return;
         pushed = { ...last, progress: e.progress };
@@ -455,7 +525,8 @@ export class Longhaul {
     ];
     const onAbort = () => wake?.();
     options.signal?.addEventListener('abort', onAbort);
-    const timer = setInterval(poke, options.pollMs ?? 250);
+    // With a channel, other processes' changes arrive as events; the poll is only a safety net.
+    const timer = setInterval(poke, options.pollMs ?? (this.channel ? WATCH_SAFETY_POLL_MS : WATCH_POLL_MS));
     let lastKey = '';
     try {
       while (!options.signal?.aborted && !this.closed) {
@@ -608,6 +679,9 @@ export class Longhaul {
     await this.sweeper?.stop();
     this.closed = true;
     this.signalCleanup?.();
+    // Held progress and queued events go out (through the store's pool on PostgreSQL) before it closes.
+    this.bridge?.close();
+    if (this.ownsChannel) await this.channel?.close();
     if (this.ownsStore) await this.store.close();
   }
 
