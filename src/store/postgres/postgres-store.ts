@@ -340,6 +340,13 @@ export class PostgresStore implements Store {
   private async inTransaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
     let broken = false;
+    // A checked-out client has no 'error' listener (the pool's is only on idle clients): a
+    // connection lost mid-transaction (server restart) would crash the process. The query in
+    // flight rejects anyway; the client is dropped instead of going back to the pool.
+    const lost = () => {
+      broken = true;
+    };
+    client.on('error', lost);
     try {
       await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
       const out = await fn(client);
@@ -351,6 +358,7 @@ export class PostgresStore implements Store {
       });
       throw err;
     } finally {
+      client.removeListener('error', lost);
       client.release(broken);
     }
   }
