@@ -1,5 +1,6 @@
 /** Longhaul's public entry point. */
 export { JobBus, type JobEventName, type JobEvents } from './channel/bus.js';
+export type { Channel, ChannelHandlers, Envelope } from './channel/channel.js';
 export { DEFAULTS, type LonghaulConfig, resolveConfig } from './config.js';
 export { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './core/backoff.js';
 export {
