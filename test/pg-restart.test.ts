@@ -104,7 +104,6 @@ describe('PostgreSQL restarted during a run of 2,000 jobs', () => {
       LONGHAUL_SWEEP_INTERVAL_MS: '250',
       LONGHAUL_PG_POOL_SIZE: '4',
       LH_LEDGER_URL: url,
-      ...(process.env.LH_DIAG ? { NODE_OPTIONS: `--import ${process.env.LH_DIAG}` } : {}),
     };
     assert.equal((await migrate(env, 'migrate')).code, 0);
     {
