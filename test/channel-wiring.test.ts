@@ -6,6 +6,7 @@
  * - a watch in A follows a job run by B's worker from relayed events alone (A reads the store
  *   once a minute at most), including a progress too large for a NOTIFY;
  * - a cancel made in A reaches B's running handler through the relay (B polls once a minute);
+ * - A's tenant-wide feed shows what B submits and changes;
  * - the events connection killed: it reconnects, watches resynchronise, relaying goes on;
  * - Redis unreachable at start: the process starts anyway and works; Redis cut and back
  *   (through a proxy this test owns): relaying resumes after a resync.
@@ -19,6 +20,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import pino from 'pino';
 import { defineTask, type JobSnapshot, Longhaul, type OpenOptions } from '../src/index.js';
+import { FeedHub } from '../src/server/hub.js';
 import { tempDir, waitFor } from './fixtures/process-harness.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 
@@ -162,6 +164,22 @@ describe('LISTEN/NOTIFY between two instances on one PostgreSQL', () => {
       assert.ok(Date.now() - t0 < 5_000, `cancelled ${Date.now() - t0} ms after the request`);
       assert.equal(end.error?.code, 'CANCELLED');
     } finally {
+      await close();
+    }
+  });
+
+  it("A's tenant-wide feed (/v1/events) shows jobs submitted and changed through B", async () => {
+    const { a, b, close } = await pair(db);
+    const feed = new FeedHub(a);
+    try {
+      const seen: JobSnapshot[] = [];
+      feed.subscribe('default', (s) => seen.push(s));
+      const job = await b.submit('wire.steps', { n: 2, ms: 10 });
+      await waitFor(() => seen.some((s) => s.id === job.id && s.status === 'queued'), "the submission in A's feed");
+      await b.startWorker({ concurrency: 1 });
+      await waitFor(() => seen.some((s) => s.id === job.id && s.status === 'succeeded'), "the completion in A's feed");
+    } finally {
+      feed.close();
       await close();
     }
   });
