@@ -22,10 +22,11 @@ import pino from 'pino';
 import { defineTask, type JobSnapshot, Longhaul, type OpenOptions } from '../src/index.js';
 import { FeedHub } from '../src/server/hub.js';
 import { tempDir, waitFor } from './fixtures/process-harness.js';
+import { skipUnlessRedis, TEST_REDIS_URL } from './support/redis.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 
 const quiet = pino({ level: 'silent' });
-const REDIS_URL = process.env.LONGHAUL_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const REDIS_URL = TEST_REDIS_URL;
 /** So long that only relayed events can make a watch move within a test. */
 const NO_POLL = 60_000;
 
@@ -242,22 +243,10 @@ class CuttableProxy {
   }
 }
 
-async function redisAnswers(): Promise<boolean> {
-  const r = new Redis(REDIS_URL, { lazyConnect: true, connectTimeout: 1000, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-  r.on('error', () => undefined);
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
 
-const redisUp = await redisAnswers();
+const redisSkip = await skipUnlessRedis();
 
-describe('Redis between two instances', { skip: redisUp ? false : `skipped: Redis did not answer at ${REDIS_URL} (set LONGHAUL_TEST_REDIS_URL)` }, () => {
+describe('Redis between two instances', { skip: redisSkip }, () => {
   it('Redis cut and back: jobs keep running meanwhile, the channel reconnects, watches resynchronise, relaying resumes', async () => {
     const proxy = new CuttableProxy(new URL(REDIS_URL));
     await proxy.up();

@@ -24,9 +24,10 @@ import WebSocket from 'ws';
 import { killAllChildren, waitFor } from './fixtures/process-harness.js';
 import { createScaleLedger } from './fixtures/scale-tasks.js';
 import { getJob, migrate, ServerProcess, submitJob, WorkerProcess, type LonghaulProcess } from './support/cluster.js';
+import { skipUnlessRedis, TEST_REDIS_URL } from './support/redis.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 
-const REDIS_URL = process.env.LONGHAUL_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const REDIS_URL = TEST_REDIS_URL;
 
 /** Timing fit for tests (a loaded 2-core machine): fast heartbeats and sweeps, a lease lost after 3 s of silence. */
 const FAST: Record<string, string> = {
@@ -222,24 +223,12 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
   it('kill -9 of a worker mid-job: the job finishes on another worker and its effect happens once', async () => {
     await withDiagnostics(all(), async () => {
       const job = await submitJob(serverB.url, 'scale.effect', { ms: 60_000, retryMs: 200 });
-      const start = await waitFor(
-        async () => (await query<{ pid: number; lease: number }>(db.url, "SELECT pid, lease FROM scale_events WHERE job_id = $1 AND kind = 'start'", [job.id]))[0],
-        'the job to start on a worker',
-        30_000,
-      );
+      const start = await firstStart(db.url, job.id);
       const victim = workers.find((w) => w.pid === start.pid);
       assert.ok(victim, `the job started on one of the workers (pid ${start.pid})`);
       victim.child.proc.kill('SIGKILL');
       await victim.child.exited;
-      const done = await waitFor(
-        async () => {
-          const s = await getJob(serverA.url, job.id);
-          return s.status === 'succeeded' ? s : undefined;
-        },
-        'the job to finish on another worker',
-        60_000,
-        100,
-      );
+      const done = await succeeded(serverA.url, job.id);
       const result = done.result as { pid: number; lease: number; effect: boolean };
       assert.notEqual(result.pid, victim.pid);
       assert.ok(result.lease > start.lease, 'a later lease finished it');
@@ -255,25 +244,13 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
     await withDiagnostics(all(), async () => {
       const firstMs = 2000;
       const job = await submitJob(serverB.url, 'scale.effect', { ms: firstMs, retryMs: 100 });
-      const start = await waitFor(
-        async () => (await query<{ pid: number; lease: number }>(db.url, "SELECT pid, lease FROM scale_events WHERE job_id = $1 AND kind = 'start'", [job.id]))[0],
-        'the job to start on a worker',
-        30_000,
-      );
+      const start = await firstStart(db.url, job.id);
       const frozenAt = Date.now();
       const stale = workers.find((w) => w.pid === start.pid);
       assert.ok(stale, `the job started on one of the workers (pid ${start.pid})`);
       stale.signal('SIGSTOP');
       try {
-        const done = await waitFor(
-          async () => {
-            const s = await getJob(serverA.url, job.id);
-            return s.status === 'succeeded' ? s : undefined;
-          },
-          'the job to finish on the other worker',
-          60_000,
-          100,
-        );
+        const done = await succeeded(serverA.url, job.id);
         assert.notEqual((done.result as { pid: number }).pid, stale.pid);
         // Thaw only once the frozen attempt's sleep is over: it goes straight to its effect.
         const wait = frozenAt + firstMs - Date.now();
@@ -303,9 +280,9 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
   });
 });
 
-const redisUp = await redisAnswers();
+const redisSkip = await skipUnlessRedis();
 
-describe('scale-out with Redis (LONGHAUL_REDIS_URL)', { skip: redisUp ? false : `skipped: Redis did not answer at ${REDIS_URL} (set LONGHAUL_TEST_REDIS_URL)` }, () => {
+describe('scale-out with Redis (LONGHAUL_REDIS_URL)', { skip: redisSkip }, () => {
   let db: TestDatabase;
   let procs: LonghaulProcess[] = [];
   const prefix = `lhtest:${process.pid}:${Date.now()}:`;
@@ -368,6 +345,28 @@ describe('scale-out with Redis (LONGHAUL_REDIS_URL)', { skip: redisUp ? false : 
 
 // ---- helpers ----
 
+/** The first attempt of job `id` as the ledger recorded it (which worker, which lease). */
+function firstStart(url: string, id: string): Promise<{ pid: number; lease: number }> {
+  return waitFor(
+    async () => (await query<{ pid: number; lease: number }>(url, "SELECT pid, lease FROM scale_events WHERE job_id = $1 AND kind = 'start' ORDER BY at LIMIT 1", [id]))[0],
+    `job ${id} to start on a worker`,
+    30_000,
+  );
+}
+
+/** The snapshot of job `id` (read through the server at `base`) once it succeeded. */
+function succeeded(base: string, id: string): Promise<Awaited<ReturnType<typeof getJob>>> {
+  return waitFor(
+    async () => {
+      const s = await getJob(base, id);
+      return s.status === 'succeeded' ? s : undefined;
+    },
+    `job ${id} to succeed`,
+    60_000,
+    100,
+  );
+}
+
 const pools: pg.Pool[] = [];
 async function pgPool(url: string): Promise<pg.Pool> {
   const p = new pg.Pool({ connectionString: url, max: 2 });
@@ -402,15 +401,3 @@ async function sampleRow(url: string, id: string): Promise<{ state: string; upda
   return out;
 }
 
-async function redisAnswers(): Promise<boolean> {
-  const r = new Redis(REDIS_URL, { lazyConnect: true, connectTimeout: 1000, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-  r.on('error', () => undefined);
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}

