@@ -54,7 +54,7 @@ function intFromEnv(env: Env, name: string, min: number): number | undefined {
 /** An empty value means none; anything else must be a redis:// or rediss:// URL. */
 function redisUrl(raw: string | undefined): string | undefined {
   if (raw === undefined || raw.trim() === '') return undefined;
-  if (!/^rediss?:\/\//.test(raw.trim())) throw new Error(`LONGHAUL_REDIS_URL must be a redis:// or rediss:// URL (got "${raw}")`);
+  if (!/^rediss?:\/\//.test(raw.trim())) throw new Error(`LONGHAUL_REDIS_URL (--redis-url) must be a redis:// or rediss:// URL (got "${raw}")`);
   return raw.trim();
 }
 

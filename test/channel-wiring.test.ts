@@ -95,7 +95,7 @@ describe('the channel Longhaul.open picks', () => {
       const lh = await Longhaul.open({ database: join(tmp.dir, 'a.db'), tasks, logger: quiet, redisUrl: '' });
       assert.equal(lh.channel, null);
       await lh.close();
-      await assert.rejects(Longhaul.open({ database: join(tmp.dir, 'b.db'), tasks, logger: quiet, redisUrl: 'localhost:6379' }), /LONGHAUL_REDIS_URL must be a redis:\/\//);
+      await assert.rejects(Longhaul.open({ database: join(tmp.dir, 'b.db'), tasks, logger: quiet, redisUrl: 'localhost:6379' }), /LONGHAUL_REDIS_URL \(--redis-url\) must be a redis:\/\//);
     } finally {
       tmp.remove();
     }
