@@ -9,6 +9,8 @@
  * - kill -9 of a worker mid-job: the job finishes on another worker, its effect happens once.
  * - A frozen worker (SIGSTOP) loses its lease; once it thaws, its late effect and completion
  *   are refused and the job keeps the result of the worker that took over.
+ * - Server A, which holds the sweeper lock, killed: a client resumes its SSE stream on server B
+ *   from Last-Event-ID, and another process takes over the sweeper (and reaps a dead worker's job).
  * - The same SSE path with LONGHAUL_REDIS_URL: events travel by Redis pub/sub (not NOTIFY) and
  *   progress snapshots are kept in Redis with a TTL. Skipped, saying so, when no Redis answers.
  *
@@ -105,6 +107,45 @@ function followWs(base: string, id: string, timeoutMs = 60_000): Promise<Frame['
       }
     });
   });
+}
+
+/**
+ * Reads /v1/jobs/{id}/events on `base` (sending Last-Event-ID when given) until `enough` says
+ * so or the stream ends; returns the frames read.
+ */
+async function readSse(base: string, id: string, lastEventId: number | null, enough: (frames: Frame[]) => boolean, timeoutMs = 60_000): Promise<Frame[]> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), timeoutMs);
+  const frames: Frame[] = [];
+  try {
+    const res = await fetch(`${base}/v1/jobs/${id}/events`, {
+      headers: lastEventId === null ? {} : { 'last-event-id': String(lastEventId) },
+      signal: controller.signal,
+    });
+    assert.equal(res.status, 200);
+    const decoder = new TextDecoder();
+    let buffer = '';
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      buffer += decoder.decode(chunk, { stream: true });
+      for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const field = (name: string) => block.split('\n').find((l) => l.startsWith(`${name}: `))?.slice(name.length + 2);
+        const data = field('data');
+        const event = field('event');
+        if (data === undefined || event === undefined) continue;
+        frames.push({ event, id: field('id') ?? '', snapshot: JSON.parse(data) as Frame['snapshot'] });
+        if (enough(frames)) return frames;
+      }
+    }
+    return frames;
+  } catch (err) {
+    if (controller.signal.aborted) throw new Error(`the stream of job ${id} on ${base} did not satisfy the test within ${timeoutMs} ms (${frames.length} frames)`);
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    controller.abort();
+  }
 }
 
 /** Distinct progress values (itemsDone) seen while the job was running. */
@@ -276,6 +317,54 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
       const log = (await (await fetch(`${serverB.url}/v1/jobs/${job.id}/transitions`)).json()) as { items: { to: string; workerId: string | null }[] };
       assert.equal(log.items.filter((t) => t.to === 'succeeded').length, 1, 'completed once');
       assert.ok(!log.items.some((t) => t.to === 'succeeded' && t.workerId?.includes(`:${stale.pid}:`)), 'not by the frozen worker');
+    });
+  });
+
+  it('server A (the sweeper) killed: a client resumes its stream on server B from Last-Event-ID, and the sweeper role moves to another process', async () => {
+    await withDiagnostics(all(), async () => {
+      const lockHolder = async () =>
+        (
+          await query<{ pid: number }>(
+            db.url,
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+          )
+        ).map((r) => r.pid);
+      const [before] = await lockHolder();
+      assert.ok(before !== undefined, 'a sweeper holds the lock');
+      const job = await submitJob(serverB.url, 'scale.progress', { steps: 40, stepMs: 100 });
+      // Follow through A until a few progress frames arrived, then A dies under the client.
+      const first = await readSse(serverA.url, job.id, null, (frames) => frames.filter((f) => f.event === 'progress').length >= 3);
+      serverA.child.proc.kill('SIGKILL');
+      await serverA.child.exited;
+      const lastId = Number(first.at(-1)?.id);
+      // The client reconnects to the other server, saying what it has seen.
+      const rest = await readSse(serverB.url, job.id, lastId, (frames) => frames.some((f) => f.snapshot.status === 'succeeded'));
+      assert.ok(rest.length >= 2, `frames after resuming: ${rest.length}`);
+      assert.ok(
+        rest.every((f) => Number(f.id) > lastId),
+        'nothing the client had already seen is sent again',
+      );
+      assert.equal(rest.at(-1)?.snapshot.status, 'succeeded');
+      assert.equal(rest.at(-1)?.snapshot.progress.percent, 100);
+      // A's session ended with it, and so did its advisory lock: another process sweeps now.
+      const after = await waitFor(
+        async () => {
+          const pids = await lockHolder();
+          return pids.length === 1 && pids[0] !== before ? pids[0] : undefined;
+        },
+        'another process to take the sweeper lock',
+        30_000,
+      );
+      assert.notEqual(after, before);
+      // And it sweeps: a job whose worker dies is requeued and finished elsewhere.
+      const job2 = await submitJob(serverB.url, 'scale.effect', { ms: 60_000, retryMs: 100 });
+      const start = await firstStart(db.url, job2.id);
+      const victim = workers.find((w) => w.pid === start.pid);
+      assert.ok(victim, `the job started on one of the workers (pid ${start.pid})`);
+      victim.child.proc.kill('SIGKILL');
+      await victim.child.exited;
+      const done = await succeeded(serverB.url, job2.id);
+      assert.notEqual((done.result as { pid: number }).pid, victim.pid);
     });
   });
 });
