@@ -273,7 +273,7 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
       const result = done.result as { pid: number; lease: number; effect: boolean };
       assert.notEqual(result.pid, victim.pid);
       assert.ok(result.lease > start.lease, 'a later lease finished it');
-      assert.ok(done.attempts >= 2, `attempts: ${done.attempts}`);
+      assert.ok(Number(done.attempts) >= 2, `attempts: ${String(done.attempts)}`);
       const effects = await query<{ pid: number; lease: number }>(db.url, 'SELECT pid, lease FROM scale_effects WHERE job_id = $1', [job.id]);
       assert.deepEqual(effects, [{ pid: result.pid, lease: result.lease }], 'exactly one effect, by the worker that finished it');
       workers = workers.filter((w) => w !== victim);
