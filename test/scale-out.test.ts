@@ -184,6 +184,16 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
   let workers: WorkerProcess[] = [];
   const all = (): LonghaulProcess[] => [serverA, serverB, ...workers].filter(Boolean);
 
+  /** Waits until job `id` runs, then kill -9s the worker running it. */
+  async function killWorkerRunning(id: string): Promise<{ start: { pid: number; lease: number }; victim: WorkerProcess }> {
+    const start = await firstStart(db.url, id);
+    const victim = workers.find((w) => w.pid === start.pid);
+    assert.ok(victim, `the job started on one of the workers (pid ${start.pid})`);
+    victim.child.proc.kill('SIGKILL');
+    await victim.child.exited;
+    return { start, victim };
+  }
+
   before(async () => {
     db = await createTestDatabase('lh_scale');
     env = { ...FAST, LONGHAUL_DATABASE_URL: db.url, LONGHAUL_REDIS_URL: '', LH_LEDGER_URL: db.url };
@@ -264,11 +274,7 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
   it('kill -9 of a worker mid-job: the job finishes on another worker and its effect happens once', async () => {
     await withDiagnostics(all(), async () => {
       const job = await submitJob(serverB.url, 'scale.effect', { ms: 60_000, retryMs: 200 });
-      const start = await firstStart(db.url, job.id);
-      const victim = workers.find((w) => w.pid === start.pid);
-      assert.ok(victim, `the job started on one of the workers (pid ${start.pid})`);
-      victim.child.proc.kill('SIGKILL');
-      await victim.child.exited;
+      const { start, victim } = await killWorkerRunning(job.id);
       const done = await succeeded(serverA.url, job.id);
       const result = done.result as { pid: number; lease: number; effect: boolean };
       assert.notEqual(result.pid, victim.pid);
@@ -358,11 +364,7 @@ describe('scale-out on PostgreSQL: 2 API servers, 3 workers (LISTEN/NOTIFY)', ()
       assert.notEqual(after, before);
       // And it sweeps: a job whose worker dies is requeued and finished elsewhere.
       const job2 = await submitJob(serverB.url, 'scale.effect', { ms: 60_000, retryMs: 100 });
-      const start = await firstStart(db.url, job2.id);
-      const victim = workers.find((w) => w.pid === start.pid);
-      assert.ok(victim, `the job started on one of the workers (pid ${start.pid})`);
-      victim.child.proc.kill('SIGKILL');
-      await victim.child.exited;
+      const { victim } = await killWorkerRunning(job2.id);
       const done = await succeeded(serverB.url, job2.id);
       assert.notEqual((done.result as { pid: number }).pid, victim.pid);
     });
