@@ -20,6 +20,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import pino from 'pino';
 import { defineTask, type JobSnapshot, Longhaul, type OpenOptions } from '../src/index.js';
+import { isRelayed } from '../src/channel/bridge.js';
 import { RedisChannel } from '../src/channel/redis.js';
 import { FeedHub } from '../src/server/hub.js';
 import { tempDir, waitFor } from './fixtures/process-harness.js';
@@ -180,8 +181,16 @@ describe('LISTEN/NOTIFY between two instances on one PostgreSQL', () => {
       feed.subscribe('default', (s) => seen.push(s));
       const job = await b.submit('wire.steps', { n: 2, ms: 10 });
       await waitFor(() => seen.some((s) => s.id === job.id && s.status === 'queued'), "the submission in A's feed");
+      // Which events came from the other process: B's worker's changes reach A relayed; A's own are local.
+      const relayedOnA: boolean[] = [];
+      const localOnB: boolean[] = [];
+      a.bus.on('job:changed', (e) => e.id === job.id && relayedOnA.push(isRelayed(e)));
+      b.bus.on('job:changed', (e) => e.id === job.id && localOnB.push(isRelayed(e)));
       await b.startWorker({ concurrency: 1 });
       await waitFor(() => seen.some((s) => s.id === job.id && s.status === 'succeeded'), "the completion in A's feed");
+      await waitFor(() => relayedOnA.length >= 2, 'the claim and the completion relayed to A');
+      assert.ok(relayedOnA.every(Boolean), 'on A, B\'s changes are relayed');
+      assert.ok(localOnB.length >= 2 && !localOnB.some(Boolean), 'on B, they are local');
     } finally {
       feed.close();
       await close();
