@@ -16,6 +16,13 @@ export interface LonghaulConfig {
   concurrency: number;
   /** PostgreSQL only: connections in each process's query pool (LISTEN and the sweeper lock use one more each). */
   pgPoolSize: number;
+  /**
+   * `redis://` or `rediss://` URL: job events fan out by Redis pub/sub and progress snapshots are
+   * kept in Redis with a TTL. Undefined: PostgreSQL relays events by LISTEN/NOTIFY; SQLite needs none.
+   */
+  redisUrl: string | undefined;
+  /** Prefix of the Redis keys and pub/sub channel (several deployments may share one Redis). */
+  redisPrefix: string;
 }
 
 export const DEFAULTS: LonghaulConfig = {
@@ -30,6 +37,8 @@ export const DEFAULTS: LonghaulConfig = {
   defaultMaxAttempts: 3,
   concurrency: 10,
   pgPoolSize: 10,
+  redisUrl: undefined,
+  redisPrefix: 'longhaul:',
 };
 
 type Env = Record<string, string | undefined>;
@@ -40,6 +49,13 @@ function intFromEnv(env: Env, name: string, min: number): number | undefined {
   const n = Number(raw);
   if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
   return n;
+}
+
+/** An empty value means none; anything else must be a redis:// or rediss:// URL. */
+function redisUrl(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw.trim() === '') return undefined;
+  if (!/^rediss?:\/\//.test(raw.trim())) throw new Error(`LONGHAUL_REDIS_URL (--redis-url) must be a redis:// or rediss:// URL (got "${raw}")`);
+  return raw.trim();
 }
 
 export function resolveConfig(options: Partial<LonghaulConfig>, env: Env = process.env): LonghaulConfig {
@@ -56,5 +72,7 @@ export function resolveConfig(options: Partial<LonghaulConfig>, env: Env = proce
     defaultMaxAttempts: options.defaultMaxAttempts ?? DEFAULTS.defaultMaxAttempts,
     concurrency: options.concurrency ?? intFromEnv(env, 'LONGHAUL_CONCURRENCY', 1) ?? DEFAULTS.concurrency,
     pgPoolSize: options.pgPoolSize ?? intFromEnv(env, 'LONGHAUL_PG_POOL_SIZE', 1) ?? DEFAULTS.pgPoolSize,
+    redisUrl: redisUrl(options.redisUrl !== undefined ? options.redisUrl : env.LONGHAUL_REDIS_URL),
+    redisPrefix: options.redisPrefix ?? (env.LONGHAUL_REDIS_PREFIX?.trim() || DEFAULTS.redisPrefix),
   };
 }

@@ -2,6 +2,7 @@
 export type { ResultFile, ResultsHandle, UploadInfo, UploadsHandle } from './blobs/handles.js';
 export type { JobFilesOptions } from './blobs/job-files.js';
 export { JobBus, type JobEventName, type JobEvents } from './channel/bus.js';
+export type { Channel, ChannelHandlers, Envelope } from './channel/channel.js';
 export { DEFAULTS, type LonghaulConfig, resolveConfig } from './config.js';
 export { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './core/backoff.js';
 export {

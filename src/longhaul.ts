@@ -8,7 +8,10 @@ import pino, { type Logger } from 'pino';
 import { JobFiles, type JobFilesOptions, lazyResults, lazyUploads } from './blobs/job-files.js';
 import type { StoredResultFile } from './blobs/results.js';
 import { sweepExpiredUploads } from './blobs/uploads.js';
+import { type BusBridge, connectBus, isRelayed } from './channel/bridge.js';
 import { JobBus } from './channel/bus.js';
+import type { Channel } from './channel/channel.js';
+import { createChannel } from './channel/create.js';
 import { type LonghaulConfig, resolveConfig } from './config.js';
 import {
   IdempotencyConflictError,
@@ -47,6 +50,15 @@ export interface OpenOptions extends Partial<LonghaulConfig> {
   /** A SQLite path or a `postgres://` URL (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
   database?: string;
   store?: Store;
+  /**
+   * How job events and progress reach the other processes of a deployment (other API servers'
+   * SSE/WebSocket clients, workers running a job someone cancels):
+   * - undefined (default): Redis pub/sub when `redisUrl` (or `LONGHAUL_REDIS_URL`) is set, else
+   *   LISTEN/NOTIFY when the database is PostgreSQL, else none (SQLite: one machine, store polling);
+   * - a Channel: that one (Longhaul neither opens nor closes it);
+   * - false: none (a process that only migrates, or a single process on PostgreSQL).
+   */
+  channel?: Channel | false;
   /** Tasks: an array, an object of tasks, or an imported tasks module. */
   tasks?: readonly Task[] | Record<string, unknown>;
   logger?: Logger;
@@ -172,6 +184,11 @@ function jsonCopy(value: unknown, what: string): unknown {
   }
 }
 
+/** How often a watch reads the store when no channel relays other processes' changes. */
+const WATCH_POLL_MS = 250;
+/** With a channel: a read now and then, in case a relayed event was lost. */
+const WATCH_SAFETY_POLL_MS = 2000;
+
 function snapshotKey(s: JobSnapshot): string {
   return `${s.status}|${s.updatedAt}|${s.progress.updatedAt}|${s.cancelRequested}|${s.stalled}|${s.attempts}`;
 }
@@ -196,6 +213,8 @@ export class Longhaul {
   private dispatchOff: (() => void) | null = null;
   private dispatching: Promise<void> | null = null;
   private dispatchAgain = false;
+  /** Relays this process's bus to and from `channel`. */
+  private readonly bridge: BusBridge | null;
 
   private constructor(
     readonly store: Store,
@@ -205,6 +224,9 @@ export class Longhaul {
     private readonly ownsStore: boolean,
     private readonly filesOptions: JobFilesOptions,
     webhookConfig: WebhookConfig,
+    /** The relay between processes (null: none, changes made elsewhere are seen by polling the store). */
+    readonly channel: Channel | null,
+    private readonly ownsChannel: boolean,
   ) {
     this.config = config;
     this.logger = logger;
@@ -213,6 +235,13 @@ export class Longhaul {
     this.internalTasks = [
       webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id) }),
     ];
+    this.bridge = channel
+      ? connectBus(this.bus, channel, {
+          // A progress too large for a NOTIFY arrives without its value: read it from the store.
+          getProgress: async (id) => (await this.store.getJob({ id }))?.progress ?? null,
+          logger: logger.child({ component: 'channel', transport: channel.transport }),
+        })
+      : null;
   }
 
   /** Blob storage of result files and uploads, opened on first use. */
@@ -238,7 +267,54 @@ export class Longhaul {
         : new SqliteStore({ path: config.database });
     }
     await store.migrate();
-    return new Longhaul(store, config, tasks, logger, options.store === undefined, options.files ?? {}, webhookConfig);
+    let channel: Channel | null = null;
+    if (options.channel !== undefined) {
+      channel = options.channel === false ? null : options.channel;
+    } else {
+      const pgStore = store instanceof PostgresStore ? store : null;
+      try {
+        channel = createChannel({
+          databaseUrl: pgStore ? pgStore.options.connectionString : config.database,
+          redisUrl: config.redisUrl ?? '',
+          redisPrefix: config.redisPrefix,
+          ...(pgStore ? { pool: pgStore.pool, notifyChannel: `${pgStore.schema}_events` } : {}),
+          logger: logger.child({ component: 'channel' }),
+        });
+      } catch (err) {
+        if (options.store === undefined) await store.close();
+        throw err;
+      }
+    }
+    const lh = new Longhaul(
+      store,
+      config,
+      tasks,
+      logger,
+      options.store === undefined,
+      options.files ?? {},
+      webhookConfig,
+      channel,
+      options.channel === undefined && channel !== null,
+    );
+    if (channel) await lh.channelReady(channel);
+    return lh;
+  }
+
+  /**
+   * Waits (a few seconds at most) for the channel to receive, so that a process that reports
+   * ready also relays. A channel that is down does not stop the process: it reconnects by itself
+   * and, meanwhile, watchers catch up by reading the store.
+   */
+  private async channelReady(channel: Channel, timeoutMs = 5000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const up = await Promise.race([
+      channel.ready().then(() => true, () => false),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!up) this.logger.warn({ transport: channel.transport }, 'the events channel is not up yet; continuing (it reconnects by itself, streams fall back to reading the store)');
   }
 
   /** Registers more tasks (e.g. a tasks module loaded after open). */
@@ -582,7 +658,9 @@ export class Longhaul {
   /**
    * Snapshots of one job as it changes: the current one first, then one per visible change
    * (state, flags, progress), ending after the terminal snapshot. Changes made in this process
-   * arrive at once; changes made by other processes are picked up by polling (`pollMs`).
+   * arrive at once; so do changes made by other processes when a channel relays them (PostgreSQL
+   * NOTIFY or Redis), with a store read every 2 s as a safety net. Without a channel they are
+   * picked up by polling the store (`pollMs`, default 250 ms).
    */
   async *watch(id: string, options: TenantScope & { signal?: AbortSignal; pollMs?: number } = {}): AsyncGenerator<JobSnapshot> {
     this.assertOpen();
@@ -598,6 +676,8 @@ export class Longhaul {
     let pushed: JobSnapshot | null = null;
     const offs = [
       this.bus.on('job:changed', (e) => e.id === id && poke()),
+      // Relayed events may have been lost while the channel was down: read the store again.
+      this.bus.on('channel:resync', poke),
       this.bus.on('job:progress', (e) => {
         if (e.id !== id || !last || last.status !== 'running') return;
         pushed = { ...last, progress: e.progress };
@@ -606,7 +686,8 @@ export class Longhaul {
     ];
     const onAbort = () => wake?.();
     options.signal?.addEventListener('abort', onAbort);
-    const timer = setInterval(poke, options.pollMs ?? 250);
+    // With a channel, other processes' changes arrive as events; the poll is only a safety net.
+    const timer = setInterval(poke, options.pollMs ?? (this.channel ? WATCH_SAFETY_POLL_MS : WATCH_POLL_MS));
     let lastKey = '';
     try {
       while (!options.signal?.aborted && !this.closed) {
@@ -710,7 +791,8 @@ export class Longhaul {
       // Debounced: a busy worker ends thousands of jobs a second, and most have no webhook.
       let soon: NodeJS.Timeout | null = null;
       const off = this.bus.on('job:changed', (e) => {
-        if (soon || (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled')) return;
+        // Relayed ends are dispatched by the process where they happened (the outbox makes a double dispatch harmless, not free).
+        if (soon || (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled') || isRelayed(e)) return;
         soon = setTimeout(() => {
           soon = null;
           this.dispatchWebhooks().catch((err) => this.logger.error({ err }, 'webhook dispatch failed'));
@@ -830,6 +912,9 @@ export class Longhaul {
     const files = this.filesPromise;
     this.filesPromise = null;
     if (files) await (await files.catch(() => null))?.close();
+    // Held progress and queued events go out (through the store's pool on PostgreSQL) before it closes.
+    this.bridge?.close();
+    if (this.ownsChannel) await this.channel?.close();
     if (this.ownsStore) await this.store.close();
   }
 

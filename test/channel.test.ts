@@ -24,6 +24,7 @@ import { decode, encode, encodeWithin } from '../src/channel/wire.js';
 import type { JobRecord } from '../src/core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../src/core/progress.js';
 import { defineTask, type JobSnapshot, Longhaul } from '../src/index.js';
+import { redisAnswers, TEST_REDIS_URL } from './support/redis.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 
 // ---- helpers ----------------------------------------------------------------------------
@@ -575,21 +576,7 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
 
 // ---- Redis pub/sub ----------------------------------------------------------------------
 
-const REDIS_URL = process.env.LONGHAUL_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
-
-async function redisAnswers(): Promise<boolean> {
-  const r = new Redis(REDIS_URL, { lazyConnect: true, connectTimeout: 1000, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-  r.on('error', () => undefined);
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
-
+const REDIS_URL = TEST_REDIS_URL;
 const redisUp = await redisAnswers();
 
 describe('Redis channel', { skip: redisUp ? false : `Redis was not reachable at ${REDIS_URL} (set LONGHAUL_TEST_REDIS_URL)` }, () => {

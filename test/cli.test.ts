@@ -199,6 +199,8 @@ describe('longhaul CLI (built binary)', () => {
       [['status', '00000000-0000-7000-8000-000000000000'], env, /^longhaul: 404 /],
       [['ls', '--limit', '0'], env, /^longhaul: --limit must be an integer from 1 to 1000/],
       [['ls', '--status', 'sleeping'], env, /^longhaul: 400 /],
+      [['worker', '--tasks', 'test/fixtures/cli-tasks.mjs', '--redis-url', 'localhost:6379'], env, /^longhaul: LONGHAUL_REDIS_URL \(--redis-url\) must be a redis:\/\//],
+      [['server', '--port', '0'], { ...env, LONGHAUL_REDIS_URL: 'localhost:6379' }, /^longhaul: LONGHAUL_REDIS_URL \(--redis-url\) must be a redis:\/\//],
     ];
     for (const [args, extra, expected] of cases) {
       const run = await runCli(args, { ...extra });

@@ -43,6 +43,15 @@ export interface BusBridge {
  */
 const relayed = new WeakSet<object>();
 
+/**
+ * True when a bus event's payload came from another process through a bridge. Listeners with
+ * side effects that must happen once per deployment (say, enqueueing a webhook delivery) act
+ * on local events only: the process that made the change also emitted it.
+ */
+export function isRelayed(payload: object): boolean {
+  return relayed.has(payload);
+}
+
 export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOptions = {}): BusBridge {
   const origin = options.origin ?? randomUUID();
   let closed = false;

@@ -4,7 +4,8 @@
  * process made; other processes' writes reach a process through its store (polling on
  * SQLite, LISTEN/NOTIFY on PostgreSQL). When a channel is connected (bridge.ts), the events
  * other processes made are emitted here too, except job:submitted, which arrives as the slim
- * job:submitted-remote.
+ * job:submitted-remote. A listener whose work must happen once per deployment (not once per
+ * process) skips relayed payloads: see isRelayed() in bridge.ts.
  */
 import { EventEmitter } from 'node:events';
 import type { JobRecord } from '../core/job.js';

@@ -78,7 +78,12 @@ export class PostgresNotifyChannel implements Channel {
         keepAlive: true,
       });
     // An idle pooled client whose connection dies emits 'error' on the pool; unhandled it would crash.
-    if (this.ownsPool) this.pool.on('error', (err) => this.logger?.warn({ err }, 'PostgreSQL notify connection lost (idle); it will be replaced'));
+    if (this.ownsPool) {
+      this.pool.on('error', (err) => this.logger?.warn({ err }, 'PostgreSQL notify connection lost (idle); it will be replaced'));
+      // A checked-out client has no lasting 'error' listener: a connection dying mid-statement
+      // would crash the process. The statement rejects anyway and the pool drops the client.
+      this.pool.on('connect', (client) => client.on('error', () => undefined));
+    }
     this.firstUp = new Promise((resolve, reject) => {
       this.markUp = resolve;
       this.failUp = reject;

@@ -89,6 +89,11 @@ export class RedisChannel implements Channel {
     return this.subscribed;
   }
 
+  /** Whether events can be published now (the command connection is up; tests, health checks). */
+  get publishing(): boolean {
+    return this.cmd.status === 'ready';
+  }
+
   progressKey(id: string): string {
     return `${this.prefix}progress:${id}`;
   }

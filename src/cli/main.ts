@@ -13,6 +13,7 @@ program.name('longhaul').description('Long-running jobs for web applications').s
 const runtimeOptions = (cmd: Command) =>
   cmd
     .option('--database <url>', 'SQLite path or postgres:// URL (LONGHAUL_DATABASE_URL)', undefined)
+    .option('--redis-url <url>', 'redis:// URL: events and progress go through Redis (LONGHAUL_REDIS_URL)', undefined)
     .option('--tasks <file>', 'tasks module (LONGHAUL_TASKS)')
     .option('--concurrency <n>', 'jobs run at once by this process (LONGHAUL_CONCURRENCY)')
     .option('--drain-ms <ms>', 'on SIGTERM, how long running jobs may finish before they are handed back', undefined);
@@ -33,7 +34,9 @@ program
   .description('create or upgrade the database schema')
   .option('--database <url>', 'SQLite path or postgres:// URL (LONGHAUL_DATABASE_URL)')
   .action(async (o: { database?: string }) => {
-    const lh = await Longhaul.open({ ...(o.database ? { database: o.database } : {}), logger: makeLogger() });
+    // Several machines may run this at once: migrations take an advisory lock (PostgreSQL) or an
+    // exclusive transaction (SQLite). No events channel: this process relays nothing.
+    const lh = await Longhaul.open({ ...(o.database ? { database: o.database } : {}), logger: makeLogger(), channel: false });
     process.stdout.write(`database ${redactUrl(lh.config.database)} is up to date\n`);
     await lh.close();
   });

