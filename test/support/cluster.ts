@@ -23,7 +23,8 @@ export class LonghaulProcess {
   ) {
     const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
       cwd: ROOT,
-      env: { ...process.env, ...env },
+      // Every API server of one deployment signs result URLs with one shared secret (required on PostgreSQL).
+      env: { ...process.env, LONGHAUL_URL_SIGNING_SECRET: 'test-cluster-url-signing-secret-0123456789', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = new WorkerChild(proc, label);
