@@ -18,7 +18,7 @@ import { JobBus, type JobEventName, type JobEvents } from '../src/channel/bus.js
 import type { Channel, Envelope } from '../src/channel/channel.js';
 import { Coalescer } from '../src/channel/coalescer.js';
 import { createChannel } from '../src/channel/create.js';
-import { NOTIFY_MAX_BYTES, PostgresNotifyChannel } from '../src/channel/postgres-notify.js';
+import { NOTIFY_MAX_BYTES, PostgresNotifyChannel, pack } from '../src/channel/postgres-notify.js';
 import { RedisChannel } from '../src/channel/redis.js';
 import { decode, encode, encodeWithin } from '../src/channel/wire.js';
 import type { JobRecord } from '../src/core/job.js';
@@ -278,6 +278,24 @@ describe('Coalescer', () => {
 
 // ---- PostgreSQL LISTEN/NOTIFY ------------------------------------------------------------
 
+describe('NOTIFY packing', () => {
+  it('packs events in order into as few payloads as fit under the limit, one per line', () => {
+    const texts = Array.from({ length: 300 }, (_, i) => JSON.stringify({ n: i, pad: 'é'.repeat(i % 97) }));
+    const packed = pack(texts);
+    assert.ok(packed.length > 1 && packed.length < 20, `${packed.length} payloads`);
+    assert.ok(packed.every((p) => Buffer.byteLength(p) <= NOTIFY_MAX_BYTES));
+    assert.deepEqual(packed.flatMap((p) => p.split('\n')), texts);
+    // Each payload is full: the next event would not have fitted.
+    for (let i = 0; i < packed.length - 1; i++) {
+      const next = (packed[i + 1] as string).split('\n')[0] as string;
+      assert.ok(Buffer.byteLength(packed[i] as string) + 1 + Buffer.byteLength(next) > NOTIFY_MAX_BYTES);
+    }
+    assert.deepEqual(pack([]), []);
+    const big = 'x'.repeat(NOTIFY_MAX_BYTES);
+    assert.deepEqual(pack([big, 'a', big]), [big, 'a', big]);
+  });
+});
+
 describe('PostgreSQL LISTEN/NOTIFY channel', () => {
   let db: TestDatabase;
   const pools: pg.Pool[] = [];
@@ -313,8 +331,10 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
         ['job:submitted', 'job:changed', 'job:progress', 'jobs:promoted', 'job:cancel-requested', 'job:changed'],
       );
       assert.equal(of(p.a.seen, 'job:changed')[1]?.id, 'job-b');
-      // Exactly one message per local event: relayed events are never published again.
-      assert.equal(wire.length, 6);
+      // Exactly one line per local event (relayed events are never published again), and the
+      // five a emitted in one tick went out packed together, not as five notifications.
+      assert.equal(wire.flatMap((w) => w.split('\n')).length, 6);
+      assert.ok(wire.length <= 3, `${wire.length} notifications for 6 events`);
       assert.ok(wire.every((w) => Buffer.byteLength(w) < 8000));
     } finally {
       await p.close();

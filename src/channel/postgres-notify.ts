@@ -5,8 +5,11 @@
  *   restart, pg_terminate_backend, network), it is re-opened with exponential backoff and
  *   jitter, LISTEN is issued again, and subscribers get `resync`: notifications sent while no
  *   connection listened are gone for good.
- * - Sending: publishes are queued and sent in batches, one `pg_notify` per event inside one
- *   statement on the pool, one statement at a time (so the order is kept). A failed batch is
+ * - Sending: publishes are queued and sent in batches: events are packed into as few
+ *   notifications as fit (one event per line; JSON text never holds a raw newline), all of a
+ *   batch in one statement on the pool, one statement at a time (so the order is kept). A busy
+ *   worker ends thousands of jobs a second: one notification per event would cost every
+ *   listener a wake-up per event and the server a queue entry per event. A failed batch is
  *   logged and dropped: the store stays the truth. While the database is unreachable at most
  *   `maxQueued` events wait; older ones are dropped first.
  * - Size: a NOTIFY payload must stay under 8000 bytes. Events are sent slim (see wire.ts);
@@ -166,7 +169,7 @@ export class PostgresNotifyChannel implements Channel {
       const batch = this.queue.splice(0, BATCH);
       try {
         // One statement, one transaction: PostgreSQL delivers the notifications in this order.
-        await this.pool.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n', [this.channel, batch]);
+        await this.pool.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n', [this.channel, pack(batch)]);
       } catch (err) {
         this.drop(batch.length, err);
       }
@@ -192,9 +195,19 @@ export class PostgresNotifyChannel implements Channel {
   }
 
   private deliver(payload: string | undefined): void {
-    const envelope = payload === undefined ? null : decode(payload);
+    if (payload === undefined) return this.deliverOne(undefined);
+    let start = 0;
+    for (let end = payload.indexOf('\n'); end !== -1; end = payload.indexOf('\n', start)) {
+      this.deliverOne(payload.slice(start, end));
+      start = end + 1;
+    }
+    this.deliverOne(start === 0 ? payload : payload.slice(start));
+  }
+
+  private deliverOne(text: string | undefined): void {
+    const envelope = text === undefined ? null : decode(text);
     if (!envelope) {
-      this.logger?.warn({ channel: this.channel, bytes: payload?.length ?? 0 }, 'ignored a malformed message on the events channel');
+      this.logger?.warn({ channel: this.channel, bytes: text?.length ?? 0 }, 'ignored a malformed message on the events channel');
       return;
     }
     for (const h of [...this.handlers]) {
@@ -280,4 +293,26 @@ export class PostgresNotifyChannel implements Channel {
     }, delay);
     this.retryTimer.unref?.();
   }
+}
+
+/**
+ * Packs encoded events (each at most NOTIFY_MAX_BYTES) into as few payloads as fit that limit,
+ * in order, one event per line.
+ */
+export function pack(texts: readonly string[]): string[] {
+  const out: string[] = [];
+  let lines: string[] = [];
+  let bytes = 0;
+  for (const t of texts) {
+    const n = Buffer.byteLength(t);
+    if (lines.length > 0 && bytes + 1 + n > NOTIFY_MAX_BYTES) {
+      out.push(lines.join('\n'));
+      lines = [];
+      bytes = 0;
+    }
+    bytes += (lines.length > 0 ? 1 : 0) + n;
+    lines.push(t);
+  }
+  if (lines.length > 0) out.push(lines.join('\n'));
+  return out;
 }
