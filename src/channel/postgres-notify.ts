@@ -195,7 +195,10 @@ export class PostgresNotifyChannel implements Channel {
   }
 
   private deliver(payload: string | undefined): void {
-    if (payload === undefined) return this.deliverOne(undefined);
+    if (payload === undefined) {
+      this.deliverOne(undefined);
+      return;
+    }
     let start = 0;
     for (let end = payload.indexOf('\n'); end !== -1; end = payload.indexOf('\n', start)) {
       this.deliverOne(payload.slice(start, end));
