@@ -3,7 +3,7 @@
  * (issue 4: throughput ≥ Graphile Worker's in the same run, latency p50 ≤ 3 ms, p99 ≤ 10 ms).
  *
  *   node --import tsx bench/pg-throughput.ts [--jobs 10000] [--concurrency 10,50] [--runs 3]
- *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--lib dist]
+ *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--lib dist]
  *        [--pg postgres://postgres@127.0.0.1:5432/postgres]
  *
  * For each run and each concurrency, on a fresh database (CREATE DATABASE, dropped after):
@@ -30,6 +30,8 @@ const CHUNK = numFlag('chunk', 1000);
 const LATENCY_SAMPLES = numFlag('latency', 2000);
 const WARMUP = numFlag('warmup', 200);
 const SWEEPER = !boolFlag('no-sweeper');
+// The NOTIFY event relay (on by default on PostgreSQL, what a multi-process deployment needs); --no-channel: off.
+const CHANNEL = !boolFlag('no-channel');
 const LIB = strFlag('lib');
 /** Also print the CPU time per job of this process and of the database's server processes (same machine only). */
 const CPU = boolFlag('cpu');
@@ -61,7 +63,7 @@ function chunks(): { type: string; input: { n: number } }[][] {
 }
 
 async function throughputRun(url: string, concurrency: number): Promise<{ enqueuePerSec: number; processedPerSec: number }> {
-  const lh = await Longhaul.open({ database: url, tasks: [noop], logger });
+  const lh = await Longhaul.open({ database: url, tasks: [noop], logger, ...(CHANNEL ? {} : { channel: false as const }) });
   try {
     const batches = chunks();
     const t0 = performance.now();
@@ -111,7 +113,7 @@ async function cpuTimes(lh: Awaited<ReturnType<Lib['Longhaul']['open']>>): Promi
 }
 
 async function latency(url: string): Promise<number[]> {
-  const lh = await Longhaul.open({ database: url, tasks: [probe], logger });
+  const lh = await Longhaul.open({ database: url, tasks: [probe], logger, ...(CHANNEL ? {} : { channel: false as const }) });
   try {
     const worker = await lh.startWorker({ concurrency: 10, sweeper: SWEEPER });
     await worker.idle();
@@ -138,7 +140,7 @@ async function latency(url: string): Promise<number[]> {
 
 const notes: string[] = [];
 notes.push(loadNote('at start', process.env.BENCH_RUN_ALL !== '1'));
-notes.push(`Node ${process.version}, pg ${packageVersion(import.meta.url, 'pg')}, sweeper ${SWEEPER ? 'on' : 'off'}, full job history kept`);
+notes.push(`Node ${process.version}, pg ${packageVersion(import.meta.url, 'pg')}, sweeper ${SWEEPER ? 'on' : 'off'}, event relay ${CHANNEL ? 'NOTIFY' : 'off'}, full job history kept`);
 notes.push(await serverNote());
 notes.push(
   LIB === undefined
