@@ -114,7 +114,8 @@ export interface PublicTransition {
   workerId: string | null;
 }
 
-export interface StartWorkerOptions extends Partial<Pick<WorkerOptions, 'concurrency' | 'workerId' | 'pollIntervalMs' | 'cancelPollMs' | 'progressIntervalMs'>> {
+export interface StartWorkerOptions
+  extends Partial<Pick<WorkerOptions, 'concurrency' | 'workerId' | 'pollIntervalMs' | 'cancelPollMs' | 'progressIntervalMs' | 'claimAhead' | 'claimedWaitMs'>> {
   /** Also run the sweeper in this process. Default true. */
   sweeper?: boolean;
   /** Drain running jobs and exit on SIGTERM/SIGINT. Default false (the CLI turns it on). */
@@ -857,6 +858,8 @@ export class Longhaul {
       ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
       ...(options.cancelPollMs === undefined ? {} : { cancelPollMs: options.cancelPollMs }),
       ...(options.progressIntervalMs === undefined ? {} : { progressIntervalMs: options.progressIntervalMs }),
+      ...(options.claimAhead === undefined ? {} : { claimAhead: options.claimAhead }),
+      ...(options.claimedWaitMs === undefined ? {} : { claimedWaitMs: options.claimedWaitMs }),
     });
     if (options.sweeper !== false) this.startSweeper();
     worker.start();

@@ -44,7 +44,8 @@ async function scenario(database: string): Promise<void> {
   try {
     const submitted = await lh.submitMany(Array.from({ length: TOTAL }, (_, n) => ({ type: 'ca.step', input: { n } })));
     const ids = submitted.map((s) => s.id);
-    const worker = await lh.startWorker({ concurrency: CONCURRENCY, sweeper: false });
+    // claimedWaitMs: long, so that the jobs claimed ahead are still waiting when stop() comes.
+    const worker = await lh.startWorker({ concurrency: CONCURRENCY, sweeper: false, claimedWaitMs: 60_000 });
     await waitFor(() => worker.stats.succeeded === FAST && runningNow === CONCURRENCY, 'the fast jobs done and two slow ones running', 20_000);
     const held = (await lh.store.countByState({})).running;
     // Both slots are taken and the worker holds more: jobs claimed ahead, leased, not started.
@@ -88,6 +89,62 @@ describe('jobs claimed ahead', () => {
       await scenario(db.url);
     } finally {
       await db.drop();
+    }
+  });
+  it('jobs claimed ahead behind slow handlers go back to the queue after claimedWaitMs, and an idle worker runs them', async () => {
+    const tmp = tempDir('lh-ca-');
+    let slowRunning = 0;
+    const task = defineTask({
+      type: 'ca.mixed',
+      maxAttempts: 3,
+      async run(input: { n: number; slow: boolean }, ctx) {
+        if (!input.slow) return null;
+        slowRunning++;
+        try {
+          await new Promise<void>((_resolve, reject) => {
+            const stop = () => reject(ctx.signal.reason);
+            if (ctx.signal.aborted) stop();
+            else ctx.signal.addEventListener('abort', stop, { once: true });
+          });
+        } finally {
+          slowRunning--;
+        }
+        return null;
+      },
+    });
+    const lh = await Longhaul.open({ database: join(tmp.dir, 'longhaul.db'), tasks: [task], logger: pino({ level: 'silent' }) });
+    try {
+      // Quick jobs first (the worker learns that handlers are quick), then two slow ones that
+      // take both slots, then quick ones again: those get claimed ahead behind the slow two.
+      const inputs = [
+        ...Array.from({ length: FAST }, (_, n) => ({ n, slow: false })),
+        { n: FAST, slow: true },
+        { n: FAST + 1, slow: true },
+        ...Array.from({ length: 40 }, (_, i) => ({ n: FAST + 2 + i, slow: false })),
+      ];
+      const submitted = await lh.submitMany(inputs.map((input) => ({ type: 'ca.mixed', input })));
+      const late = submitted.slice(FAST + 2).map((j) => j.id);
+      const a = await lh.startWorker({ concurrency: CONCURRENCY, sweeper: false, claimedWaitMs: 300 });
+      await waitFor(() => slowRunning === CONCURRENCY, 'the two slow jobs to hold both slots', 20_000);
+      const held = (await lh.store.countByState({})).running;
+      const lateDone = async () => {
+        const states = await Promise.all(late.map(async (id) => (await lh.store.getJob({ id }))?.state));
+        return states.filter((st) => st === 'succeeded').length;
+      };
+      // Another worker, idle, claiming only for its free slots.
+      const b = await lh.startWorker({ concurrency: 4, sweeper: false, claimAhead: 0 });
+      await waitFor(async () => (await lateDone()) === late.length, 'every quick job behind the slow ones to finish', 10_000);
+      assert.equal(slowRunning, CONCURRENCY, 'the slow jobs are still running: the quick ones did not wait for them');
+      assert.ok(held > CONCURRENCY, `the scenario needs jobs claimed ahead (running in the store: ${held})`);
+      assert.ok(a.stats.handedBack >= held - CONCURRENCY, `A handed back ${a.stats.handedBack} of the ${held - CONCURRENCY} it held`);
+      const logs = await Promise.all(late.map((id) => lh.transitions(id)));
+      const returned = logs.filter((log) => log.some((t) => t.from === 'running' && t.to === 'retrying' && t.reason === 'no free slot'));
+      assert.ok(returned.length >= 1, 'some quick jobs were handed back with reason "no free slot"');
+      for (const log of returned) assert.equal(log.filter((t) => t.to === 'succeeded').length, 1);
+      assert.ok(b.stats.succeeded >= returned.length, 'the idle worker ran the returned jobs');
+    } finally {
+      await lh.close({ drainMs: 0 });
+      tmp.remove();
     }
   });
 });

@@ -55,6 +55,13 @@ export interface WorkerOptions {
    * PostgreSQL.
    */
   claimAhead?: number;
+  /**
+   * How long a job claimed ahead may wait for a slot. The estimate behind claiming ahead can be
+   * wrong (slow handlers taking the slots after a run of quick ones): jobs still waiting after
+   * this long go back to the queue for any worker, and this worker claims only for its free
+   * slots for a while. Default 1000 ms.
+   */
+  claimedWaitMs?: number;
   workerId?: string;
   /** How often an idle worker asks the store whether anything changed. Default 50 ms. */
   pollIntervalMs?: number;
@@ -92,6 +99,8 @@ interface Active {
   settled: boolean;
   /** Its handler was started (jobs claimed ahead wait in `ready` until a slot frees). */
   started: boolean;
+  /** performance.now() when this worker got it (for how long it waits for a slot). */
+  claimedAt: number;
 }
 
 interface Outcome {
@@ -136,6 +145,9 @@ export class Worker {
   private readonly claimAheadMax: number;
   /** Moving averages (ms) of a handler's run time and of a store cycle; NaN until measured. */
   private handlerMs = Number.NaN;
+  private readonly claimedWaitMs: number;
+  /** performance.now() until which nothing is claimed ahead (after jobs waited too long for a slot). */
+  private aheadPausedUntil = 0;
   private cycleMs = Number.NaN;
   private outcomes: Outcome[] = [];
   /** Store cycles being written, and the jobs they claim (not yet in `ready`). */
@@ -166,6 +178,7 @@ export class Worker {
     this.clock = options.clock ?? Date.now;
     this.maxInFlight = this.store.dialect === 'sqlite' ? 1 : 2;
     // Bigger batches cost less per job, but a SQLite cycle blocks this process while it runs.
+    this.claimedWaitMs = options.claimedWaitMs ?? 1000;
     this.claimAheadMax = options.claimAhead ?? (this.maxInFlight > 1 ? Math.max(500, 10 * this.concurrency) : 100);
     if (!Number.isInteger(this.claimAheadMax) || this.claimAheadMax < 0) throw new TypeError('claimAhead must be a non-negative integer');
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
@@ -198,6 +211,7 @@ export class Worker {
     });
     const heartbeatTick = Math.min(1000, ...[...this.tasks.values()].map((t) => t.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs));
     this.every(heartbeatTick, () => this.heartbeat());
+    this.every(Math.max(10, Math.min(250, this.claimedWaitMs / 4)), () => this.returnStaleReady());
     this.every(this.options.cancelPollMs ?? 500, () => this.pollCancels());
     // Every timer above is unref'd; without this a worker-only process (`longhaul worker`, or a
     // script that just starts a worker) would exit as soon as it has nothing running.
@@ -333,6 +347,7 @@ export class Worker {
    */
   private claimAheadTarget(): number {
     if (this.claimAheadMax === 0 || !(this.handlerMs >= 0) || !(this.cycleMs >= 0)) return 0;
+    if (performance.now() < this.aheadPausedUntil) return 0;
     const n = Math.floor((this.concurrency * this.cycleMs) / Math.max(this.handlerMs, 0.001));
     if (n >= this.claimAheadMax) return this.claimAheadMax;
     // Rounded down to a power of two: the averages move all the time, and a store may prepare
@@ -352,6 +367,25 @@ export class Worker {
     if (this.readyHead === this.ready.length) {
       this.ready = [];
       this.readyHead = 0;
+    }
+  }
+
+  /**
+   * Jobs claimed ahead that waited longer than `claimedWaitMs` for a slot (the slots are held by
+   * handlers slower than the estimate): back to the queue, where an idle worker takes them, and
+   * no claiming ahead here for a while.
+   */
+  private async returnStaleReady(): Promise<void> {
+    if (this.stopping || this.readyCount === 0) return;
+    const oldest = this.ready[this.readyHead] as Active;
+    if (performance.now() - oldest.claimedAt < this.claimedWaitMs) return;
+    this.aheadPausedUntil = performance.now() + 10 * this.claimedWaitMs;
+    const waiting = this.takeReady();
+    this.log.debug({ jobs: waiting.length }, 'jobs claimed ahead waited too long for a slot; handing them back');
+    try {
+      await this.settleLeftovers(waiting, 'no free slot');
+    } finally {
+      this.schedulePump();
     }
   }
 
@@ -418,6 +452,7 @@ export class Worker {
       timeoutTimer: null,
       settled: false,
       started: false,
+      claimedAt: performance.now(),
       reporter: null,
     };
     // Re-claimed while an older attempt of it still runs here: that attempt's lease is gone.
@@ -721,7 +756,7 @@ export class Worker {
    * yet seen) ends cancelled, since handing it back would run it again although its user asked it
    * to stop; the others are handed back (retrying, due now, the attempt refunded).
    */
-  private async settleLeftovers(all: Active[]): Promise<void> {
+  private async settleLeftovers(all: Active[], why: 'shutdown' | 'no free slot' = 'shutdown'): Promise<void> {
     // Jobs another call is already ending (a claim returning during stop(), then the drain's
     // end) are left to it: two hand-backs of one lease would be one too many.
     const leftovers = all.filter((a) => !a.settled && !this.leaving.has(a));
@@ -737,7 +772,8 @@ export class Worker {
       if (!a.started) a.timeoutTimer?.cancel();
       this.abort(a, 'shutdown');
       await a.reporter?.close(true);
-      this.outcomes.push(cancel ? this.cancelledOutcome(a, cancel, `${cancel} (worker stopping)`, now) : this.handBack(a, now));
+      const note = why === 'shutdown' ? 'worker stopping' : 'before it started';
+      this.outcomes.push(cancel ? this.cancelledOutcome(a, cancel, `${cancel} (${note})`, now) : this.handBack(a, now, why));
     }
   }
 
@@ -753,8 +789,8 @@ export class Worker {
     }
   }
 
-  private handBack(a: Active, now: number): Outcome {
-    return this.outcome(a, 'handedBack', 'retrying', 'shutdown', now, { runAt: now, refundAttempt: true });
+  private handBack(a: Active, now: number, reason: 'shutdown' | 'no free slot' = 'shutdown'): Outcome {
+    return this.outcome(a, 'handedBack', 'retrying', reason, now, { runAt: now, refundAttempt: true });
   }
 
   private cancelledOutcome(a: Active, kind: 'cancelled' | 'timeout', reason: string, now: number): Outcome {
