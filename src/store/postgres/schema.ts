@@ -80,49 +80,15 @@ export const MIGRATIONS: readonly string[] = [
     -- JSON arrays separated by commas, so that a transition appends its entry to the row it
     -- updates anyway (no row and no index entry of its own); '[' || log || ']' is a JSON array.
     log text NOT NULL
-  -- fillfactor 50: a claim and a completion each write a new version of the row, and a HOT
-  -- update needs room for it on the same page (a batch of 500 claims leaves no time to prune).
-  ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
-  -- No index of jobs names a column that a transition changes (state, lease, times, log…), so
-  -- every update of a job (claim, completion, heartbeat) can be HOT: no index entry is written.
-  -- Which jobs are in which state is kept in the small side tables below, each changed in the
-  -- same statement as the job row:
-  --   queue     the queued jobs, in claim order (insert on entering queued, DELETE on claim);
-  --   due       the pending and retrying jobs, by run_at (promote_due moves them to queue);
-  --   running   the running jobs by type (per-type concurrency counts, the sweeper's scans);
-  --   expiring  the succeeded jobs by expires_at (the sweeper's expiry scan);
-  --   finished  one row per finish (finished_at, job id), BRIN-indexed: activity's "finished
-  --             since"; a row counts only while it matches the job's finished_at.
+  ) WITH (fillfactor = 85, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+  -- Partial indexes: a job entering a state adds an entry only to the index of that state.
+  CREATE INDEX jobs_queued ON {s}.jobs (type, priority, run_at, id) WHERE state = 'queued';
+  CREATE INDEX jobs_due ON {s}.jobs (run_at) WHERE state IN ('pending', 'retrying');
+  CREATE INDEX jobs_running ON {s}.jobs (type) WHERE state = 'running';
+  CREATE INDEX jobs_expiring ON {s}.jobs (expires_at) WHERE state = 'succeeded';
   CREATE INDEX jobs_tenant ON {s}.jobs (tenant, id);
+  CREATE INDEX jobs_finished ON {s}.jobs (finished_at) WHERE finished_at IS NOT NULL;
   CREATE UNIQUE INDEX jobs_idempotency ON {s}.jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
-
-  CREATE TABLE {s}.queue (
-    id uuid PRIMARY KEY,
-    type text COLLATE "C" NOT NULL,
-    priority smallint NOT NULL,
-    run_at bigint NOT NULL
-  ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02);
-  CREATE INDEX queue_order ON {s}.queue (type, priority, run_at, id);
-  CREATE TABLE {s}.due (
-    id uuid PRIMARY KEY,
-    run_at bigint NOT NULL
-  );
-  CREATE INDEX due_run_at ON {s}.due (run_at);
-  CREATE TABLE {s}.running (
-    type text COLLATE "C" NOT NULL,
-    job_id uuid NOT NULL,
-    PRIMARY KEY (type, job_id)
-  ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02);
-  CREATE TABLE {s}.expiring (
-    expires_at bigint NOT NULL,
-    job_id uuid NOT NULL,
-    PRIMARY KEY (expires_at, job_id)
-  );
-  CREATE TABLE {s}.finished (
-    finished_at bigint NOT NULL,
-    job_id uuid NOT NULL
-  );
-  CREATE INDEX finished_at ON {s}.finished USING brin (finished_at);
 
   -- Progress is rewritten a few times a second per running job: keeping it out of the jobs row
   -- keeps those writes from making new versions of job rows. UNLOGGED: no WAL; a crash of the
@@ -140,24 +106,20 @@ export const MIGRATIONS: readonly string[] = [
   DECLARE
     v_count integer;
   BEGIN
-    -- Lock order: a due row, then its job row (as in apply_transitions).
-    WITH d AS (
-      SELECT d.id, d.ctid AS drow FROM {s}.due d
-      WHERE d.run_at <= p_now
-      ORDER BY d.run_at
+    WITH due AS (
+      SELECT j.id, j.state FROM {s}.jobs j
+      WHERE j.state IN ('pending', 'retrying') AND j.run_at <= p_now
+      ORDER BY j.run_at
       LIMIT p_limit
       FOR UPDATE SKIP LOCKED
-    ), gone AS (
-      DELETE FROM {s}.due d WHERE d.ctid = ANY(ARRAY(SELECT d.drow FROM d)) RETURNING d.id
     ), moved AS (
       UPDATE {s}.jobs j
       SET state = 'queued',
           updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
-          log = ${logAppend('j.state', "'queued'", 'p_now', "'due'", 'j.attempts', 'NULL::text')}
-      WHERE j.id = ANY(ARRAY(SELECT gone.id FROM gone)) AND j.state IN ('pending', 'retrying')
-      RETURNING j.id, j.type, j.priority, j.run_at
-    ), enqueued AS (
-      INSERT INTO {s}.queue (id, type, priority, run_at) SELECT moved.id, moved.type, moved.priority, moved.run_at FROM moved
+          log = ${logAppend('due.state', "'queued'", 'p_now', "'due'", 'j.attempts', 'NULL::text')}
+      FROM due
+      WHERE j.id = due.id
+      RETURNING j.id
     )
     SELECT count(*) INTO v_count FROM moved;
     IF v_count > 0 THEN
@@ -184,17 +146,6 @@ export const MIGRATIONS: readonly string[] = [
     v_any_wake boolean := false;
   BEGIN
     FOR v_round IN 1 .. p_rounds LOOP
-      -- Lock order: a queue or due row before its job row, as the claim and promote_due take
-      -- them. Only items leaving queued, pending or retrying need it; the text test spares the
-      -- usual batch (completions, all from running) a second parse of p_items.
-      IF strpos(p_items::text, '"f":"queued"') > 0 OR strpos(p_items::text, '"f":"pending"') > 0 OR strpos(p_items::text, '"f":"retrying"') > 0 THEN
-        PERFORM 1 FROM {s}.queue q
-        WHERE q.id = ANY(ARRAY(SELECT x.id FROM json_to_recordset(p_items) AS x(r integer, id uuid, f text) WHERE x.r = v_round AND x.f = 'queued'))
-        ORDER BY q.id FOR UPDATE;
-        PERFORM 1 FROM {s}.due d
-        WHERE d.id = ANY(ARRAY(SELECT x.id FROM json_to_recordset(p_items) AS x(r integer, id uuid, f text) WHERE x.r = v_round AND x.f IN ('pending', 'retrying')))
-        ORDER BY d.id FOR UPDATE;
-      END IF;
       WITH item AS (
         SELECT * FROM json_to_recordset(p_items) AS x(
           o integer, r integer, id uuid, f text, t text, l integer, q boolean, why text, w text, at bigint, m integer,
@@ -225,31 +176,9 @@ export const MIGRATIONS: readonly string[] = [
             stalled = CASE WHEN i.m & 1024 <> 0 THEN i.stalled ELSE j.stalled END
         FROM item i
         WHERE j.id = i.id AND j.state = i.f AND (i.l IS NULL OR j.lease = i.l) AND (i.q IS NULL OR j.cancel_requested = i.q)
-        RETURNING j.id, i.f AS from_state, j.state AS to_state, j.type, j.priority, j.run_at, j.finished_at, j.expires_at, i.m, i.o, i.at
+        RETURNING j.id, j.state AS to_state, j.run_at, i.o, i.at
       ), dropped AS (
         DELETE FROM {s}.progress p USING moved WHERE p.job_id = moved.id AND moved.to_state = 'expired'
-      ), unqueued AS (
-        DELETE FROM {s}.queue q USING moved WHERE q.id = moved.id AND moved.from_state = 'queued' AND moved.to_state <> 'queued'
-      ), undue AS (
-        DELETE FROM {s}.due d USING moved WHERE d.id = moved.id AND moved.from_state IN ('pending', 'retrying') AND moved.to_state <> moved.from_state
-      ), stopped AS (
-        DELETE FROM {s}.running r USING moved
-        WHERE r.type = moved.type AND r.job_id = moved.id AND moved.from_state = 'running' AND moved.to_state <> 'running'
-      ), unexpiring AS (
-        DELETE FROM {s}.expiring e USING moved
-        WHERE e.expires_at = moved.expires_at AND e.job_id = moved.id AND moved.from_state = 'succeeded' AND moved.to_state <> 'succeeded'
-      ), enqueued AS (
-        INSERT INTO {s}.queue (id, type, priority, run_at)
-        SELECT moved.id, moved.type, moved.priority, moved.run_at FROM moved WHERE moved.to_state = 'queued' AND moved.from_state <> 'queued'
-      ), scheduled AS (
-        INSERT INTO {s}.due (id, run_at)
-        SELECT moved.id, moved.run_at FROM moved WHERE moved.to_state IN ('pending', 'retrying') AND moved.from_state <> moved.to_state
-      ), expiring AS (
-        INSERT INTO {s}.expiring (expires_at, job_id)
-        SELECT moved.expires_at, moved.id FROM moved WHERE moved.to_state = 'succeeded' AND moved.from_state <> 'succeeded' AND moved.expires_at IS NOT NULL
-      ), finishing AS (
-        INSERT INTO {s}.finished (finished_at, job_id)
-        SELECT moved.finished_at, moved.id FROM moved WHERE moved.m & 8 <> 0 AND moved.finished_at IS NOT NULL
       )
       SELECT array_agg(moved.o), bool_or(moved.to_state = 'queued' OR (moved.to_state = 'retrying' AND moved.run_at <= moved.at))
       INTO v_part, v_wake
@@ -312,26 +241,22 @@ export const MIGRATIONS: readonly string[] = [
         v_rooms := v_rooms || p_limit;
       ELSE
         PERFORM pg_advisory_xact_lock(hashtext('{name}:type-limit'), hashtext(p_types[v_i]));
-        SELECT count(*) INTO v_running FROM {s}.running r WHERE r.type = p_types[v_i];
+        SELECT count(*) INTO v_running FROM {s}.jobs j WHERE j.state = 'running' AND j.type = p_types[v_i];
         v_rooms := v_rooms || greatest(0, least(p_limit, p_limits[v_i] - v_running));
       END IF;
     END LOOP;
-    -- Lock order: a queue row, then its job row. A transition out of queued (a cancel) takes
-    -- the queue row first too (see apply_transitions), so waiting for a job row here is safe.
     RETURN QUERY
     WITH cand AS (
-      SELECT c.id, c.qrow FROM unnest(p_types, v_rooms) AS t(type, room)
+      SELECT c.id FROM unnest(p_types, v_rooms) AS t(type, room)
       CROSS JOIN LATERAL (
-        SELECT q.id, q.ctid AS qrow, q.priority, q.run_at FROM {s}.queue q
-        WHERE q.type = t.type
-        ORDER BY q.priority, q.run_at, q.id
+        SELECT j.id, j.priority, j.run_at FROM {s}.jobs j
+        WHERE j.state = 'queued' AND j.type = t.type
+        ORDER BY j.priority, j.run_at, j.id
         LIMIT t.room
         FOR UPDATE SKIP LOCKED
       ) c
       ORDER BY c.priority, c.run_at, c.id
       LIMIT p_limit
-    ), taken AS (
-      DELETE FROM {s}.queue q WHERE q.ctid = ANY(ARRAY(SELECT cand.qrow FROM cand)) RETURNING q.id
     ), moved AS (
       UPDATE {s}.jobs j
       SET state = 'running',
@@ -343,10 +268,9 @@ export const MIGRATIONS: readonly string[] = [
           stalled = false,
           log = ${logAppendFixed('queued', 'running', 'p_now', 'claimed', 'j.attempts + 1', 'p_worker')},
           updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
-      WHERE j.id = ANY(ARRAY(SELECT taken.id FROM taken)) AND j.state = 'queued'
+      FROM cand
+      WHERE j.id = cand.id AND j.state = 'queued'
       RETURNING j.*
-    ), started AS (
-      INSERT INTO {s}.running (type, job_id) SELECT m.type, m.id FROM moved m
     )
     SELECT NULL::integer, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
       m.attempts, m.max_attempts, m.lease, m.worker_id, m.cancel_requested, m.cancel_reason,
