@@ -65,6 +65,11 @@ for (const batch of BATCH) {
       'SELECT funcname, calls, round(total_time::numeric, 1) AS total_ms, round(self_time::numeric, 1) AS self_ms FROM pg_stat_user_functions ORDER BY total_time DESC',
     );
     for (const r of rows) console.log(`  ${r.funcname}: ${r.calls} calls, total ${r.total_ms} ms, self ${r.self_ms} ms`);
+    // Row writes per table: n_tup_hot_upd of jobs says how many updates wrote no index entry.
+    const tables = await c.query(
+      "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables WHERE schemaname = 'longhaul' AND n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY relname",
+    );
+    for (const r of tables.rows) console.log(`  ${r.relname}: ${r.n_tup_ins} inserted, ${r.n_tup_upd} updated (${r.n_tup_hot_upd} HOT), ${r.n_tup_del} deleted`);
     await c.end();
   });
 }
