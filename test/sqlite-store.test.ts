@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
 import { MIGRATIONS } from '../src/store/sqlite/schema.js';
-import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import { PENDING_WEBHOOKS_SQL, SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import { newJob, runStoreContract } from './store-contract.js';
 
 const dirs: string[] = [];
@@ -158,5 +158,11 @@ describe('SqliteStore specifics', () => {
       console.log('closed');`;
     const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 });
     assert.equal(out.trim(), 'closed');
+  });
+  it('looking for pending webhook events starts from the pending webhooks, never a walk of every finished job', async () => {
+    const s = await track(openStore());
+    const plan = (s.db.prepare(`EXPLAIN QUERY PLAN ${PENDING_WEBHOOKS_SQL}`).all(100) as { detail: string }[]).map((r) => r.detail);
+    const outer = plan.find((d) => /^(SCAN|SEARCH) /.test(d));
+    assert.match(outer ?? '', /^(SCAN|SEARCH) w\b/, plan.join(' | '));
   });
 });
