@@ -8,40 +8,9 @@ import type { JobError } from '../../core/errors.js';
 import { type Checkpoint, type JobRecord, priorityName, type TransitionEntry } from '../../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
+import { JOB_COLUMNS } from '../job-columns.js';
 
-const COLUMNS = [
-  'id',
-  'tenant',
-  'type',
-  'state',
-  'priority',
-  'input',
-  'metadata',
-  'result',
-  'error',
-  'attempts',
-  'max_attempts',
-  'lease',
-  'worker_id',
-  'cancel_requested',
-  'cancel_reason',
-  'cancel_requested_at',
-  'stalled',
-  'parent_id',
-  'created_at',
-  'started_at',
-  'finished_at',
-  'updated_at',
-  'run_at',
-  'expires_at',
-  'heartbeat_at',
-  'timeout_ms',
-  'heartbeat_timeout_ms',
-  'stall_timeout_ms',
-  'result_ttl_ms',
-  'checkpoint',
-  'idempotency_key',
-] as const;
+const COLUMNS = JOB_COLUMNS;
 const JSON_COLUMNS = new Set(['input', 'metadata', 'result', 'error', 'checkpoint']);
 const C = Object.fromEntries(COLUMNS.map((c, i) => [c, i])) as Record<(typeof COLUMNS)[number], number>;
 const PROGRESS = COLUMNS.length;

@@ -8,41 +8,9 @@ import type { JobError } from '../../core/errors.js';
 import { type Checkpoint, type JobRecord, priorityName, priorityRank } from '../../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
+import { JOB_COLUMNS } from '../job-columns.js';
 
-/** The columns of a JobRecord, in the order of the array `jobJson` builds (the progress data follows). */
-const COLUMNS = [
-  'id',
-  'tenant',
-  'type',
-  'state',
-  'priority',
-  'input',
-  'metadata',
-  'result',
-  'error',
-  'attempts',
-  'max_attempts',
-  'lease',
-  'worker_id',
-  'cancel_requested',
-  'cancel_reason',
-  'cancel_requested_at',
-  'stalled',
-  'parent_id',
-  'created_at',
-  'started_at',
-  'finished_at',
-  'updated_at',
-  'run_at',
-  'expires_at',
-  'heartbeat_at',
-  'timeout_ms',
-  'heartbeat_timeout_ms',
-  'stall_timeout_ms',
-  'result_ttl_ms',
-  'checkpoint',
-  'idempotency_key',
-] as const;
+const COLUMNS = JOB_COLUMNS;
 
 /**
  * The SQL expression for one job row as a JSON array, over the table or alias `t` (`j` in a

@@ -1,0 +1,37 @@
+/**
+ * The columns of a job row that make up a JobRecord, in one fixed order: both stores read job
+ * rows positionally in this order (SQLite as a JSON array, PostgreSQL in array mode).
+ */
+export const JOB_COLUMNS = [
+  'id',
+  'tenant',
+  'type',
+  'state',
+  'priority',
+  'input',
+  'metadata',
+  'result',
+  'error',
+  'attempts',
+  'max_attempts',
+  'lease',
+  'worker_id',
+  'cancel_requested',
+  'cancel_reason',
+  'cancel_requested_at',
+  'stalled',
+  'parent_id',
+  'created_at',
+  'started_at',
+  'finished_at',
+  'updated_at',
+  'run_at',
+  'expires_at',
+  'heartbeat_at',
+  'timeout_ms',
+  'heartbeat_timeout_ms',
+  'stall_timeout_ms',
+  'result_ttl_ms',
+  'checkpoint',
+  'idempotency_key',
+] as const;
