@@ -15,8 +15,9 @@ import pg from 'pg';
 import pino from 'pino';
 import { type BusBridge, connectBus } from '../src/channel/bridge.js';
 import { JobBus, type JobEventName, type JobEvents } from '../src/channel/bus.js';
-import type { Channel, Envelope } from '../src/channel/channel.js';
+import type { Channel, ChannelHandlers, Envelope } from '../src/channel/channel.js';
 import { Coalescer } from '../src/channel/coalescer.js';
+import { deliverMessage } from '../src/channel/deliver.js';
 import { createChannel } from '../src/channel/create.js';
 import { NOTIFY_MAX_BYTES, PostgresNotifyChannel, pack } from '../src/channel/postgres-notify.js';
 import { RedisChannel } from '../src/channel/redis.js';
@@ -277,6 +278,37 @@ describe('Coalescer', () => {
 });
 
 // ---- PostgreSQL LISTEN/NOTIFY ------------------------------------------------------------
+
+describe('deliverMessage', () => {
+  it("gives each subscriber the others' events, and does not even decode a message every subscriber sent", () => {
+    const warnings: string[] = [];
+    const logger = { warn: (_o: object, msg?: string) => warnings.push(msg ?? '') };
+    const got: Record<string, string[]> = { a: [], b: [], any: [] };
+    const sub = (name: string, origin?: string): ChannelHandlers => ({
+      ...(origin === undefined ? {} : { origin }),
+      event: (e) => got[name]?.push(`${e.origin}:${e.event}`),
+      resync: () => undefined,
+    });
+    const a = sub('a', 'origin-a');
+    const env = (origin: string): string => encode({ origin, event: 'jobs:promoted', data: { count: 1 } });
+    // Only a subscribes: its own message is dropped undecoded, even when what follows the
+    // origin is not valid (no "malformed" warning, so it was never parsed).
+    deliverMessage(new Set([a]), `${env('origin-a').slice(0, 24)}garbage`, logger, 'ch');
+    assert.deepEqual(warnings, []);
+    deliverMessage(new Set([a]), env('origin-b'), logger, 'ch');
+    assert.deepEqual(got.a, ['origin-b:jobs:promoted']);
+    // a and b: a's message reaches b only; a subscriber without an origin gets everything.
+    const b = sub('b', 'origin-b');
+    const any = sub('any');
+    deliverMessage(new Set([a, b, any]), env('origin-a'), logger, 'ch');
+    assert.deepEqual(got.a, ['origin-b:jobs:promoted']);
+    assert.deepEqual(got.b, ['origin-a:jobs:promoted']);
+    assert.deepEqual(got.any, ['origin-a:jobs:promoted']);
+    // A malformed foreign message is refused with a warning.
+    deliverMessage(new Set([a]), '{"v":1,"o":"someone-else",oops', logger, 'ch');
+    assert.deepEqual(warnings, ['ignored a malformed message on the events channel']);
+  });
+});
 
 describe('NOTIFY packing', () => {
   it('packs events in order into as few payloads as fit under the limit, one per line', () => {

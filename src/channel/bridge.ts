@@ -150,6 +150,7 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
   };
 
   const unsubscribe = channel.subscribe({
+    origin,
     event(envelope) {
       if (closed || envelope.origin === origin) return;
       if (waiting) {

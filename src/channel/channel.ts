@@ -32,6 +32,11 @@ export type Envelope = { [K in RelayEventName]: { origin: string; event: K; data
 export interface ChannelHandlers {
   /** An event from some bridge (possibly the receiver's own: the bridge filters by origin). */
   event(envelope: Envelope): void;
+  /**
+   * The subscriber's own origin: a transport may drop the messages it sent before decoding
+   * them (every process receives its own events back; decoding them all is wasted work).
+   */
+  origin?: string;
   /** The channel was down (or never up) and now delivers again; whatever was sent meanwhile is lost. */
   resync(): void;
 }

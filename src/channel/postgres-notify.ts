@@ -17,7 +17,8 @@
  */
 import pg from 'pg';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
-import { decode, encodeWithin } from './wire.js';
+import { deliverMessage } from './deliver.js';
+import { encodeWithin } from './wire.js';
 
 /** PostgreSQL refuses payloads of 8000 bytes or more; keep a margin. */
 export const NOTIFY_MAX_BYTES = 7900;
@@ -169,7 +170,12 @@ export class PostgresNotifyChannel implements Channel {
       const batch = this.queue.splice(0, BATCH);
       try {
         // One statement, one transaction: PostgreSQL delivers the notifications in this order.
-        await this.pool.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n', [this.channel, pack(batch)]);
+        // The payloads travel as one text joined by U+001E (JSON escapes control characters, so
+        // none occurs inside one): a text[] parameter would be escaped character by character.
+        await this.pool.query("SELECT pg_notify($1, p) FROM unnest(string_to_array($2, E'\\x1e')) WITH ORDINALITY AS t(p, n) ORDER BY n", [
+          this.channel,
+          pack(batch).join('\x1e'),
+        ]);
       } catch (err) {
         this.drop(batch.length, err);
       }
@@ -208,18 +214,7 @@ export class PostgresNotifyChannel implements Channel {
   }
 
   private deliverOne(text: string | undefined): void {
-    const envelope = text === undefined ? null : decode(text);
-    if (!envelope) {
-      this.logger?.warn({ channel: this.channel, bytes: text?.length ?? 0 }, 'ignored a malformed message on the events channel');
-      return;
-    }
-    for (const h of [...this.handlers]) {
-      try {
-        h.event(envelope);
-      } catch (err) {
-        this.logger?.warn({ err, event: envelope.event }, 'a listener of a relayed event threw');
-      }
-    }
+    deliverMessage(this.handlers, text, this.logger, this.channel);
   }
 
   private resync(): void {

@@ -12,7 +12,8 @@
 import { Redis } from 'ioredis';
 import type { Progress } from '../core/progress.js';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
-import { decode, encode, isProgress } from './wire.js';
+import { deliverMessage } from './deliver.js';
+import { encode, isProgress } from './wire.js';
 
 export interface RedisChannelOptions {
   /** `redis://[user:password@]host:port[/db]` (or `rediss://`). */
@@ -170,18 +171,7 @@ export class RedisChannel implements Channel {
   }
 
   private deliver(message: string): void {
-    const envelope = decode(message);
-    if (!envelope) {
-      this.logger?.warn({ channel: this.channel, bytes: message.length }, 'ignored a malformed message on the events channel');
-      return;
-    }
-    for (const h of [...this.handlers]) {
-      try {
-        h.event(envelope);
-      } catch (err) {
-        this.logger?.warn({ err, event: envelope.event }, 'a listener of a relayed event threw');
-      }
-    }
+    deliverMessage(this.handlers, message, this.logger, this.channel);
   }
 
   private dropped(err: unknown): void {

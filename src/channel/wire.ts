@@ -12,6 +12,11 @@ const VERSION = 1;
 /** Free-text fields (reasons) longer than this are cut when a message must shrink. */
 const REASON_CUT = 200;
 
+/** How every message sent by `origin` begins (encode writes `v` and `o` first). */
+export function originPrefix(origin: string): string {
+  return `{"v":${VERSION},"o":${JSON.stringify(origin)},`;
+}
+
 export function encode(envelope: Envelope): string {
   return JSON.stringify({ v: VERSION, o: envelope.origin, e: envelope.event, d: envelope.data });
 }
