@@ -21,7 +21,7 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { packageVersion, serverNote, withDatabase } from './lib/pg-database.js';
-import { type BenchResult, boolFlag, gitState, listFlag, loadNote, median, numFlag, printResult, profiled, strFlag, summarise, until } from './lib/util.js';
+import { boolFlag, gitState, listFlag, loadNote, numFlag, profiled, reportResult, strFlag, summarise, until } from './lib/util.js';
 
 const JOBS = numFlag('jobs', 10_000);
 const CONCURRENCY = listFlag('concurrency', [10, 50]);
@@ -160,15 +160,4 @@ for (let run = 1; run <= RUNS; run++) {
 }
 const lat = LATENCY_SAMPLES > 0 ? summarise(await withDatabase('lhbench_longhaul', (db) => latency(db.url))) : summarise([]);
 notes.push(loadNote('at end', false));
-const result: BenchResult = {
-  system: 'Longhaul (PostgreSQL)',
-  jobs: JOBS,
-  runs: RUNS,
-  enqueuePerSec: median(enqueue),
-  processedPerSec: Object.fromEntries(Object.entries(processed).map(([c, list]) => [c, median(list)])),
-  latencyMs: lat,
-  samples: { enqueuePerSec: enqueue, processedPerSec: processed },
-  notes,
-};
-printResult(result);
-console.log(JSON.stringify(result));
+reportResult({ system: 'Longhaul (PostgreSQL)', jobs: JOBS, runs: RUNS, enqueue: enqueue, processed: processed, latencyMs: lat, notes });

@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
-import { type BenchResult, boolFlag, gitState, loadNote, listFlag, median, numFlag, printResult, profiled, strFlag, summarise, until } from './lib/util.js';
+import { boolFlag, gitState, listFlag, loadNote, numFlag, profiled, reportResult, strFlag, summarise, until } from './lib/util.js';
 
 const JOBS = numFlag('jobs', 20_000);
 const CONCURRENCY = listFlag('concurrency', [10, 50]);
@@ -156,18 +156,7 @@ try {
   }
   const lat = LATENCY_SAMPLES > 0 ? summarise(await latency()) : summarise([]);
   notes.push(loadNote('at end', false));
-  const result: BenchResult = {
-    system: 'Longhaul (SQLite)',
-    jobs: JOBS,
-    runs: RUNS,
-    enqueuePerSec: median(enqueue),
-    processedPerSec: Object.fromEntries(Object.entries(processed).map(([c, list]) => [c, median(list)])),
-    latencyMs: lat,
-    samples: { enqueuePerSec: enqueue, processedPerSec: processed },
-    notes,
-  };
-  printResult(result);
-  console.log(JSON.stringify(result));
+  reportResult({ system: 'Longhaul (SQLite)', jobs: JOBS, runs: RUNS, enqueue: enqueue, processed: processed, latencyMs: lat, notes });
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -92,6 +92,34 @@ export function table(headers: string[], rows: string[][]): string {
   return [line(headers), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
+/**
+ * One benchmark's result from its per-run figures (medians taken here), printed as a table
+ * and then as one JSON line, the last line of stdout (what the runners read).
+ */
+export function reportResult(r: {
+  system: string;
+  jobs: number;
+  runs: number;
+  enqueue: number[];
+  processed: Record<string, number[]>;
+  latencyMs: LatencySummary;
+  notes: string[];
+}): BenchResult {
+  const result: BenchResult = {
+    system: r.system,
+    jobs: r.jobs,
+    runs: r.runs,
+    enqueuePerSec: median(r.enqueue),
+    processedPerSec: Object.fromEntries(Object.entries(r.processed).map(([c, list]) => [c, median(list)])),
+    latencyMs: r.latencyMs,
+    samples: { enqueuePerSec: r.enqueue, processedPerSec: r.processed },
+    notes: r.notes,
+  };
+  printResult(result);
+  console.log(JSON.stringify(result));
+  return result;
+}
+
 /** Prints one benchmark's figures as a table. */
 export function printResult(r: BenchResult): void {
   const rows: string[][] = [[`enqueue (bulk), jobs/s`, fmtRate(r.enqueuePerSec), r.samples.enqueuePerSec.map(fmtRate).join(' / ')]];

@@ -17,7 +17,7 @@
 import { createRequire } from 'node:module';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { type BenchResult, listFlag, loadNote, median, numFlag, printResult, strFlag, summarise, until } from '../lib/util.js';
+import { listFlag, loadNote, numFlag, reportResult, strFlag, summarise, until } from '../lib/util.js';
 
 const JOBS = numFlag('jobs', 20_000);
 const CONCURRENCY = listFlag('concurrency', [10, 50]);
@@ -150,18 +150,7 @@ try {
   const lat = LATENCY_SAMPLES > 0 ? summarise(await latency(redis)) : summarise([]);
   notes.push(loadNote('at end', false));
   await flush(redis);
-  const result: BenchResult = {
-    system: 'BullMQ (Redis)',
-    jobs: JOBS,
-    runs: RUNS,
-    enqueuePerSec: median(enqueue),
-    processedPerSec: Object.fromEntries(Object.entries(processed).map(([c, list]) => [c, median(list)])),
-    latencyMs: lat,
-    samples: { enqueuePerSec: enqueue, processedPerSec: processed },
-    notes,
-  };
-  printResult(result);
-  console.log(JSON.stringify(result));
+  reportResult({ system: 'BullMQ (Redis)', jobs: JOBS, runs: RUNS, enqueue: enqueue, processed: processed, latencyMs: lat, notes });
 } finally {
   redis.disconnect();
 }

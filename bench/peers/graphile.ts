@@ -32,7 +32,7 @@ import { EventEmitter } from 'node:events';
 import { Logger, makeWorkerUtils, run, type Runner, type TaskList, type WorkerUtils } from 'graphile-worker';
 import pg from 'pg';
 import { packageDir, packageVersion, serverNote, withDatabase } from '../lib/pg-database.js';
-import { type BenchResult, listFlag, loadNote, median, numFlag, printResult, strFlag, summarise, until } from '../lib/util.js';
+import { listFlag, loadNote, numFlag, reportResult, strFlag, summarise, until } from '../lib/util.js';
 
 const VARIANT = strFlag('graphile') ?? 'fast';
 if (VARIANT !== 'fast' && VARIANT !== 'default') throw new Error(`--graphile must be fast or default, got ${VARIANT}`);
@@ -176,15 +176,4 @@ for (let runNo = 1; runNo <= RUNS; runNo++) {
 }
 const lat = LATENCY_SAMPLES > 0 ? summarise(await withDatabase('lhbench_graphile', (db) => latency(db.url))) : summarise([]);
 notes.push(loadNote('at end', false));
-const result: BenchResult = {
-  system: `Graphile Worker ${version} (${VARIANT === 'fast' ? `localQueue ${LOCAL_QUEUE}, batched completion` : 'defaults'})`,
-  jobs: JOBS,
-  runs: RUNS,
-  enqueuePerSec: median(enqueue),
-  processedPerSec: Object.fromEntries(Object.entries(processed).map(([c, list]) => [c, median(list)])),
-  latencyMs: lat,
-  samples: { enqueuePerSec: enqueue, processedPerSec: processed },
-  notes,
-};
-printResult(result);
-console.log(JSON.stringify(result));
+reportResult({ system: `Graphile Worker ${version} (${VARIANT === 'fast' ? `localQueue ${LOCAL_QUEUE}, batched completion` : 'defaults'})`, jobs: JOBS, runs: RUNS, enqueue: enqueue, processed: processed, latencyMs: lat, notes });

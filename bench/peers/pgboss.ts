@@ -31,7 +31,7 @@
 import { createRequire } from 'node:module';
 import pg from 'pg';
 import { packageDir, packageVersion, serverNote, withDatabase } from '../lib/pg-database.js';
-import { type BenchResult, listFlag, loadNote, median, numFlag, printResult, strFlag, summarise, until } from '../lib/util.js';
+import { listFlag, loadNote, numFlag, reportResult, strFlag, summarise, until } from '../lib/util.js';
 
 const MAJOR = strFlag('pgboss') ?? '12';
 if (MAJOR !== '10' && MAJOR !== '12') throw new Error(`--pgboss must be 10 or 12, got ${MAJOR}`);
@@ -189,15 +189,4 @@ for (let run = 1; run <= RUNS; run++) {
 }
 const lat = LATENCY_SAMPLES > 0 ? summarise(await withDatabase(`lhbench_pgboss${MAJOR}`, (db) => latency(db.url))) : summarise([]);
 notes.push(loadNote('at end', false));
-const result: BenchResult = {
-  system: `pg-boss ${MAJOR === '12' ? packageVersion(import.meta.url, 'pg-boss') : packageVersion(import.meta.url, 'pg-boss-10')}`,
-  jobs: JOBS,
-  runs: RUNS,
-  enqueuePerSec: median(enqueue),
-  processedPerSec: Object.fromEntries(Object.entries(processed).map(([c, list]) => [c, median(list)])),
-  latencyMs: lat,
-  samples: { enqueuePerSec: enqueue, processedPerSec: processed },
-  notes,
-};
-printResult(result);
-console.log(JSON.stringify(result));
+reportResult({ system: `pg-boss ${MAJOR === '12' ? packageVersion(import.meta.url, 'pg-boss') : packageVersion(import.meta.url, 'pg-boss-10')}`, jobs: JOBS, runs: RUNS, enqueue: enqueue, processed: processed, latencyMs: lat, notes });
