@@ -23,28 +23,29 @@ import pg from 'pg';
 import { InvalidOptionsError } from '../../core/errors.js';
 import { isUuid, uuidv7Floor } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
-import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
+import type { Progress } from '../../core/progress.js';
 import { assertTransition, JOB_STATES, type JobState } from '../../core/states.js';
-import type {
-  Activity,
-  ActivityParams,
-  ClaimParams,
-  GetJobParams,
-  HeartbeatResult,
-  InsertJobParams,
-  InsertResult,
-  JobPage,
-  LeaseRef,
-  ListJobsParams,
-  NewJob,
-  ResultFileRecord,
-  SqlTransaction,
-  Store,
-  SweepParams,
-  TransitionParams,
-  WebhookDeliveryEntry,
-  WebhookEvent,
-  WebhookTarget,
+import {
+  type Activity,
+  type ActivityParams,
+  type ClaimParams,
+  type GetJobParams,
+  type HeartbeatResult,
+  insertedRecord,
+  type InsertJobParams,
+  type InsertResult,
+  type JobPage,
+  type LeaseRef,
+  type ListJobsParams,
+  type NewJob,
+  type ResultFileRecord,
+  type SqlTransaction,
+  type Store,
+  type SweepParams,
+  type TransitionParams,
+  type WebhookDeliveryEntry,
+  type WebhookEvent,
+  type WebhookTarget,
 } from '../store.js';
 import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
@@ -114,30 +115,6 @@ function jobJson(job: NewJob, o: number): Record<string, unknown> {
     parent_id: job.parentId,
     idempotency_key: job.idempotencyKey,
     request_hash: job.requestHash,
-  };
-}
-
-/** The record of a job just inserted, as getJob will read it. */
-function createdRecord(job: NewJob): JobRecord {
-  const { requestHash: _requestHash, ...fields } = job;
-  return {
-    ...fields,
-    result: null,
-    error: null,
-    attempts: 0,
-    lease: 0,
-    workerId: null,
-    cancelRequested: false,
-    cancelReason: null,
-    cancelRequestedAt: null,
-    stalled: false,
-    startedAt: null,
-    finishedAt: null,
-    updatedAt: job.createdAt,
-    expiresAt: null,
-    heartbeatAt: null,
-    checkpoint: null,
-    progress: EMPTY_PROGRESS,
   };
 }
 
@@ -440,7 +417,7 @@ export class PostgresStore implements Store {
       maxBacklog === undefined
         ? await this.rows('insert', this.sql.insert, [json], client)
         : await this.rows('insert_backlog', this.sql.insertWithBacklog, [json, Math.max(0, Math.floor(maxBacklog))], client);
-    return jobs.map((job, i) => (i < rows.length ? { kind: 'created', job: createdRecord(job) } : { kind: 'full', backlog: maxBacklog ?? 0 }));
+    return jobs.map((job, i) => (i < rows.length ? { kind: 'created', job: insertedRecord(job) } : { kind: 'full', backlog: maxBacklog ?? 0 }));
   }
 
   /**
@@ -510,7 +487,7 @@ export class PostgresStore implements Store {
           lost.push(job);
           continue;
         }
-        const record = createdRecord(job);
+        const record = insertedRecord(job);
         results[i] = { kind: 'created', job: record };
         if (job.idempotencyKey !== null) owners.set(keyOf(job.tenant, job.idempotencyKey), { job: record, hash: job.requestHash });
       }

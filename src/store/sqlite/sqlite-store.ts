@@ -16,27 +16,28 @@
 import Database from 'better-sqlite3';
 import { uuidv7Floor } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
-import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
+import type { Progress } from '../../core/progress.js';
 import { JOB_STATES, type JobState } from '../../core/states.js';
-import type {
-  Activity,
-  ActivityParams,
-  ClaimParams,
-  GetJobParams,
-  HeartbeatResult,
-  InsertJobParams,
-  InsertResult,
-  JobPage,
-  LeaseRef,
-  ListJobsParams,
-  NewJob,
-  ResultFileRecord,
-  Store,
-  SweepParams,
-  TransitionParams,
-  WebhookDeliveryEntry,
-  WebhookEvent,
-  WebhookTarget,
+import {
+  type Activity,
+  type ActivityParams,
+  type ClaimParams,
+  type GetJobParams,
+  type HeartbeatResult,
+  insertedRecord,
+  type InsertJobParams,
+  type InsertResult,
+  type JobPage,
+  type LeaseRef,
+  type ListJobsParams,
+  type NewJob,
+  type ResultFileRecord,
+  type Store,
+  type SweepParams,
+  type TransitionParams,
+  type WebhookDeliveryEntry,
+  type WebhookEvent,
+  type WebhookTarget,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
 import { jobFromJson, jobJson, queueOrder } from './rows.js';
@@ -286,45 +287,7 @@ export class SqliteStore implements Store {
     }
     const insert = this.hot.insert;
     insert.stmt.run(...insert.args(job));
-    // The record as getJob reads it (NewJob's requestHash is stored, but not part of a JobRecord).
-    // Written out: a spread of `job` plus the other fields cost more than the INSERT.
-    return {
-      kind: 'created',
-      job: {
-        id: job.id,
-        tenant: job.tenant,
-        type: job.type,
-        state: job.state,
-        priority: job.priority,
-        input: job.input,
-        metadata: job.metadata,
-        result: null,
-        error: null,
-        attempts: 0,
-        maxAttempts: job.maxAttempts,
-        lease: 0,
-        workerId: null,
-        cancelRequested: false,
-        cancelReason: null,
-        cancelRequestedAt: null,
-        stalled: false,
-        parentId: job.parentId,
-        createdAt: job.createdAt,
-        startedAt: null,
-        finishedAt: null,
-        updatedAt: job.createdAt,
-        runAt: job.runAt,
-        expiresAt: null,
-        heartbeatAt: null,
-        timeoutMs: job.timeoutMs,
-        heartbeatTimeoutMs: job.heartbeatTimeoutMs,
-        stallTimeoutMs: job.stallTimeoutMs,
-        resultTtlMs: job.resultTtlMs,
-        checkpoint: null,
-        idempotencyKey: job.idempotencyKey,
-        progress: EMPTY_PROGRESS,
-      },
-    };
+    return { kind: 'created', job: insertedRecord(job) };
   }
 
   async insertJob(params: InsertJobParams): Promise<InsertResult> {
