@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { backoffCeiling, backoffDelay, DEFAULT_BACKOFF } from '../src/core/backoff.js';
+import { backoffCeiling, backoffDelay, DEFAULT_BACKOFF, reconnectDelay } from '../src/core/backoff.js';
 import { parseDuration, parseDurationList } from '../src/core/duration.js';
 import { classifyError, FatalError, RetryableError } from '../src/core/errors.js';
 import { isUuid, uuidv7, uuidv7Floor, uuidv7Time } from '../src/core/ids.js';
@@ -119,6 +119,17 @@ describe('states: terminal and derived sets', () => {
 });
 
 // ---- backoff --------------------------------------------------------------------------------
+
+describe('reconnectDelay', () => {
+  it('doubles from min to max, half fixed and half random', () => {
+    assert.equal(reconnectDelay(1, 100, 5000, () => 0), 50);
+    assert.ok(reconnectDelay(1, 100, 5000, () => 0.999999) < 100);
+    assert.equal(reconnectDelay(3, 100, 5000, () => 0), 200);
+    assert.equal(reconnectDelay(7, 100, 5000, () => 0), 2500, 'capped at max');
+    assert.equal(reconnectDelay(10_000, 100, 5000, () => 0.5), 3750, 'no overflow after many failures');
+    assert.equal(reconnectDelay(0, 100, 5000, () => 0), 50, 'a zeroth attempt waits like the first');
+  });
+});
 
 describe('backoff', () => {
   const policy = { baseMs: 1_000, maxMs: 60_000 };

@@ -16,6 +16,7 @@
  *   a progress that does not fit travels as null and receivers read it from the store.
  */
 import pg from 'pg';
+import { reconnectDelay } from '../core/backoff.js';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
 import { deliverMessage } from './deliver.js';
 import { encodeWithin } from './wire.js';
@@ -281,10 +282,7 @@ export class PostgresNotifyChannel implements Channel {
   private scheduleReconnect(): void {
     if (this.closed || this.retryTimer) return;
     this.failures++;
-    const min = this.options.reconnect?.minMs ?? 100;
-    const max = this.options.reconnect?.maxMs ?? 5000;
-    const cap = Math.min(max, min * 2 ** Math.min(this.failures - 1, 16));
-    const delay = cap / 2 + Math.random() * (cap / 2);
+    const delay = reconnectDelay(this.failures, this.options.reconnect?.minMs ?? 100, this.options.reconnect?.maxMs ?? 5000);
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;
       void this.connect();

@@ -19,3 +19,13 @@ export function backoffCeiling(policy: BackoffPolicy, attempt: number): number {
 export function backoffDelay(policy: BackoffPolicy, attempt: number, random: () => number = Math.random): number {
   return Math.floor(random() * (backoffCeiling(policy, attempt) + 1));
 }
+
+/**
+ * Delay before reconnect attempt `failures` (1-based) of a long-lived connection: doubling from
+ * `minMs` up to `maxMs`, with "equal jitter" (half fixed, half random) so that many processes
+ * that lost one server at once do not all come back at the same moment, nor almost at once.
+ */
+export function reconnectDelay(failures: number, minMs: number, maxMs: number, random: () => number = Math.random): number {
+  const cap = Math.min(maxMs, minMs * 2 ** Math.max(0, Math.min(failures - 1, 30)));
+  return cap / 2 + random() * (cap / 2);
+}

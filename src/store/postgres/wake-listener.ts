@@ -11,6 +11,7 @@
  * least every `maxIdleMs`, 1 s by default); the connection is re-opened with exponential
  * backoff and jitter.
  */
+import { reconnectDelay } from '../../core/backoff.js';
 import pg from 'pg';
 
 export interface ListenerLogger {
@@ -97,8 +98,7 @@ export class WakeListener {
   private scheduleReconnect(): void {
     if (this.closed || this.retryTimer) return;
     this.failures++;
-    const cap = Math.min(5000, 100 * 2 ** Math.min(this.failures - 1, 6));
-    const delay = cap / 2 + Math.random() * (cap / 2);
+    const delay = reconnectDelay(this.failures, 100, 5000);
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;
       void this.connect();
