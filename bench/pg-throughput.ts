@@ -21,6 +21,7 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { packageVersion, serverNote, withDatabase } from './lib/pg-database.js';
+import { idleWorkerLatency } from './lib/latency.js';
 import { boolFlag, gitState, listFlag, loadNote, numFlag, profiled, reportResult, strFlag, summarise, until } from './lib/util.js';
 
 const JOBS = numFlag('jobs', 10_000);
@@ -46,14 +47,6 @@ const { defineTask, Longhaul } = lib;
 
 const logger = pino({ level: 'silent' });
 const noop = defineTask({ type: 'bench.noop', run: () => null });
-let onProbeStart: ((t: number) => void) | null = null;
-const probe = defineTask({
-  type: 'bench.probe',
-  run: () => {
-    onProbeStart?.(performance.now());
-    return null;
-  },
-});
 
 /** The enqueue calls' arguments, built before the clock starts. */
 function chunks(): { type: string; input: { n: number } }[][] {
@@ -112,30 +105,14 @@ async function cpuTimes(lh: Awaited<ReturnType<Lib['Longhaul']['open']>>): Promi
   return { node: (u.user + u.system) / 1000, server };
 }
 
-async function latency(url: string): Promise<number[]> {
-  const lh = await Longhaul.open({ database: url, tasks: [probe], logger, ...(CHANNEL ? {} : { channel: false as const }) });
-  try {
-    const worker = await lh.startWorker({ concurrency: 10, sweeper: SWEEPER });
-    await worker.idle();
-    const samples: number[] = [];
-    for (let i = 0; i < WARMUP + LATENCY_SAMPLES; i++) {
-      const started = new Promise<number>((resolve) => {
-        onProbeStart = resolve;
-      });
-      const t0 = performance.now();
-      const submitted = lh.submit('bench.probe', { n: i });
-      const t1 = await started;
-      await submitted;
-      await worker.idle(); // the outcome is written: the worker is idle again before the next sample
-      if (i >= WARMUP) samples.push(t1 - t0);
-    }
-    onProbeStart = null;
-    if (worker.stats.succeeded !== WARMUP + LATENCY_SAMPLES)
-      throw new Error(`latency: ${worker.stats.succeeded} jobs succeeded, expected ${WARMUP + LATENCY_SAMPLES}`);
-    return samples;
-  } finally {
-    await lh.close();
-  }
+function latency(url: string): Promise<number[]> {
+  return idleWorkerLatency({
+    lib,
+    open: (tasks) => Longhaul.open({ database: url, tasks, logger, ...(CHANNEL ? {} : { channel: false as const }) }),
+    warmup: WARMUP,
+    samples: LATENCY_SAMPLES,
+    sweeper: SWEEPER,
+  });
 }
 
 const notes: string[] = [];

@@ -23,6 +23,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
+import { idleWorkerLatency } from './lib/latency.js';
 import { boolFlag, gitState, listFlag, loadNote, numFlag, profiled, reportResult, strFlag, summarise, until } from './lib/util.js';
 
 const JOBS = numFlag('jobs', 20_000);
@@ -47,14 +48,6 @@ const { defineTask, Longhaul, SqliteStore } = lib;
 
 const logger = pino({ level: 'silent' });
 const noop = defineTask({ type: 'bench.noop', run: () => null });
-let onProbeStart: ((t: number) => void) | null = null;
-const probe = defineTask({
-  type: 'bench.probe',
-  run: () => {
-    onProbeStart?.(performance.now());
-    return null;
-  },
-});
 
 const dir = mkdtempSync(join(tmpdir(), 'longhaul-bench-'));
 const notes: string[] = [];
@@ -92,30 +85,14 @@ async function throughputRun(concurrency: number, run: number): Promise<{ enqueu
   }
 }
 
-async function latency(): Promise<number[]> {
-  const lh = await Longhaul.open({ database: join(dir, 'latency.db'), tasks: [probe], logger });
-  try {
-    const worker = await lh.startWorker({ concurrency: 10, sweeper: SWEEPER });
-    await worker.idle();
-    const samples: number[] = [];
-    for (let i = 0; i < WARMUP + LATENCY_SAMPLES; i++) {
-      const started = new Promise<number>((resolve) => {
-        onProbeStart = resolve;
-      });
-      const t0 = performance.now();
-      const submitted = lh.submit('bench.probe', { n: i });
-      const t1 = await started;
-      await submitted;
-      await worker.idle(); // the outcome is written: the worker is idle again before the next sample
-      if (i >= WARMUP) samples.push(t1 - t0);
-    }
-    onProbeStart = null;
-    if (worker.stats.succeeded !== WARMUP + LATENCY_SAMPLES)
-      throw new Error(`latency: ${worker.stats.succeeded} jobs succeeded, expected ${WARMUP + LATENCY_SAMPLES}`);
-    return samples;
-  } finally {
-    await lh.close();
-  }
+function latency(): Promise<number[]> {
+  return idleWorkerLatency({
+    lib,
+    open: (tasks) => Longhaul.open({ database: join(dir, 'latency.db'), tasks, logger }),
+    warmup: WARMUP,
+    samples: LATENCY_SAMPLES,
+    sweeper: SWEEPER,
+  });
 }
 
 /** The commit a bench/snapshot.sh build was made from (its REVISION file). */
