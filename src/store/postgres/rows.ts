@@ -5,10 +5,10 @@
  * its own type parsers (transactional enqueue) reads the same values; bigints arrive as strings.
  */
 import type { JobError } from '../../core/errors.js';
-import { type Checkpoint, type JobRecord, priorityName, type TransitionEntry } from '../../core/job.js';
+import { type JobRecord, priorityName, type TransitionEntry } from '../../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
-import { JOB_COLUMNS } from '../job-columns.js';
+import { JOB_COLUMNS, parseCheckpoint, parseJson } from '../job-row.js';
 
 const COLUMNS = JOB_COLUMNS;
 const JSON_COLUMNS = new Set(['input', 'metadata', 'result', 'error', 'checkpoint']);
@@ -20,22 +20,6 @@ export const JOB_SELECT = `${COLUMNS.map((c) => (JSON_COLUMNS.has(c) ? `j.${c}::
 
 /** Number of values JOB_SELECT yields per row. */
 export const JOB_WIDTH = COLUMNS.length + 1;
-
-function parseJson<T>(text: unknown, fallback: T): T {
-  if (typeof text !== 'string') return fallback;
-  return JSON.parse(text) as T;
-}
-
-function parseCheckpoint(text: unknown): Checkpoint | null {
-  if (typeof text !== 'string') return null;
-  try {
-    const value = JSON.parse(text) as { version?: unknown; data?: unknown };
-    if (typeof value !== 'object' || value === null || typeof value.version !== 'number') return { version: Number.NaN, data: null, corrupt: true };
-    return { version: value.version, data: value.data };
-  } catch {
-    return { version: Number.NaN, data: null, corrupt: true };
-  }
-}
 
 function num(v: unknown): number | null {
   return v === null || v === undefined ? null : Number(v);

@@ -5,10 +5,10 @@
  * columns (input, metadata, ...) travel inside it as strings and are parsed here.
  */
 import type { JobError } from '../../core/errors.js';
-import { type Checkpoint, type JobRecord, priorityName, priorityRank } from '../../core/job.js';
+import { type JobRecord, priorityName, priorityRank } from '../../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
-import { JOB_COLUMNS } from '../job-columns.js';
+import { JOB_COLUMNS, parseCheckpoint, parseJson } from '../job-row.js';
 
 const COLUMNS = JOB_COLUMNS;
 
@@ -18,21 +18,6 @@ const COLUMNS = JOB_COLUMNS;
  */
 export function jobJson(t: string): string {
   return `json_array(${COLUMNS.map((c) => `${t}.${c}`).join(', ')}, (SELECT p.data FROM job_progress p WHERE p.job_id = ${t}.id))`;
-}
-
-function parseJson<T>(text: unknown, fallback: T): T {
-  return typeof text === 'string' ? (JSON.parse(text) as T) : fallback;
-}
-
-function parseCheckpoint(text: unknown): Checkpoint | null {
-  if (typeof text !== 'string') return null;
-  try {
-    const value = JSON.parse(text) as { version?: unknown; data?: unknown };
-    if (typeof value !== 'object' || value === null || typeof value.version !== 'number') return { version: Number.NaN, data: null, corrupt: true };
-    return { version: value.version, data: value.data };
-  } catch {
-    return { version: Number.NaN, data: null, corrupt: true };
-  }
 }
 
 /** A row built by `jobJson`. */

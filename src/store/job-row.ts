@@ -1,0 +1,58 @@
+/**
+ * What both stores share to read job rows: the columns that make up a JobRecord, in the one
+ * order both read them positionally (SQLite as a JSON array, PostgreSQL in array mode), and the
+ * decoding of the JSON columns.
+ */
+import type { Checkpoint } from '../core/job.js';
+
+/** The job-row columns, in reading order. */
+export const JOB_COLUMNS = [
+  'id',
+  'tenant',
+  'type',
+  'state',
+  'priority',
+  'input',
+  'metadata',
+  'result',
+  'error',
+  'attempts',
+  'max_attempts',
+  'lease',
+  'worker_id',
+  'cancel_requested',
+  'cancel_reason',
+  'cancel_requested_at',
+  'stalled',
+  'parent_id',
+  'created_at',
+  'started_at',
+  'finished_at',
+  'updated_at',
+  'run_at',
+  'expires_at',
+  'heartbeat_at',
+  'timeout_ms',
+  'heartbeat_timeout_ms',
+  'stall_timeout_ms',
+  'result_ttl_ms',
+  'checkpoint',
+  'idempotency_key',
+] as const;
+
+/** A JSON column's value, or `fallback` when it is NULL. */
+export function parseJson<T>(text: unknown, fallback: T): T {
+  return typeof text === 'string' ? (JSON.parse(text) as T) : fallback;
+}
+
+/** A checkpoint column: unreadable bytes or shape come back flagged `corrupt` (the next attempt starts over). */
+export function parseCheckpoint(text: unknown): Checkpoint | null {
+  if (typeof text !== 'string') return null;
+  try {
+    const value = JSON.parse(text) as { version?: unknown; data?: unknown };
+    if (typeof value !== 'object' || value === null || typeof value.version !== 'number') return { version: Number.NaN, data: null, corrupt: true };
+    return { version: value.version, data: value.data };
+  } catch {
+    return { version: Number.NaN, data: null, corrupt: true };
+  }
+}
