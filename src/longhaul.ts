@@ -29,7 +29,7 @@ import { IMMEDIATELY_CANCELLABLE, isJobState, isTerminal, type JobState } from '
 import { SqliteStore } from './store/sqlite/sqlite-store.js';
 import { PostgresStore } from './store/postgres/postgres-store.js';
 import { Batcher } from './store/batcher.js';
-import type { InsertResult, NewJob, SqlTransaction, Store } from './store/store.js';
+import type { InsertResult, NewJob, SnapshotJson, SqlTransaction, Store } from './store/store.js';
 import { Sweeper } from './sweeper/sweeper.js';
 import { collectTasks, isTask, type Task } from './tasks/define.js';
 import { validateInput } from './tasks/schema.js';
@@ -480,6 +480,27 @@ export class Longhaul {
     this.assertOpen();
     const job = await this.store.getJob({ id, ...scope });
     return job ? ((await this.snapshots([job]))[0] as JobSnapshot) : null;
+  }
+
+  /**
+   * A job's snapshot as JSON text, with the fields a status route needs besides, or null (not
+   * found). `json` parses to what `get` returns: the store builds it in one read where it can
+   * (SQLite); otherwise it is serialised from `get`. Not async on purpose: status polls are the
+   * hottest read, and each async layer costs a promise round.
+   */
+  snapshotJson(id: string, scope: TenantScope = {}): Promise<(SnapshotJson & { json: string }) | null> {
+    this.assertOpen();
+    if (!this.store.getSnapshotJson) return this.snapshotJsonFromGet(id, scope);
+    return this.store
+      .getSnapshotJson(scope.tenant === undefined ? { id } : { id, tenant: scope.tenant })
+      .then((fast) => (fast === null ? null : fast.json !== null ? (fast as SnapshotJson & { json: string }) : this.snapshotJsonFromGet(id, scope)));
+  }
+
+  private async snapshotJsonFromGet(id: string, scope: TenantScope): Promise<(SnapshotJson & { json: string }) | null> {
+    const snap = await this.get(id, scope);
+    if (!snap) return null;
+    const expiresAt = snap.expiresAt === null ? null : Date.parse(snap.expiresAt);
+    return { state: snap.status, runAt: Date.parse(snap.runAt), expiresAt, json: JSON.stringify(snap) };
   }
 
   /** Snapshots with their result files' signed URLs. */

@@ -72,6 +72,11 @@ function nestsDeeperThan(value: unknown, max: number): boolean {
   return false;
 }
 
+/** A route option's hooks as a list (Fastify takes one function or an array). */
+function hookList<T>(hooks: T | T[] | undefined): T[] {
+  return hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
+}
+
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const keys = options.apiKeys ?? [];
   const app = Fastify({
@@ -123,22 +128,28 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.decorate('jobHub', ctx.hub);
 
   app.setErrorHandler(problemHandler);
-  app.setNotFoundHandler((request, reply) => sendProblem(reply, new HttpProblem(404, 'NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)));
+  // Unknown paths under /v1/ answer 401 before 404 to clients without a key, as routes do.
+  app.setNotFoundHandler(
+    {
+      preHandler: (request, reply, done) => {
+        if (request.url.startsWith('/v1/')) return authenticateApi(request, reply, done);
+        done();
+      },
+    },
+    (request, reply) => sendProblem(reply, new HttpProblem(404, 'NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)),
+  );
 
   app.decorateRequest('tenant', 'default');
   app.decorateRequest('grant', null);
-  // Callback-style hooks: on every request, async hooks cost a promise round each.
-  app.addHook('onRequest', (request: FastifyRequest, _reply, done) => {
-    // Decide by the matched route, not the raw URL: the router decodes percent-escapes, so
-    // `/%761/jobs` reaches the /v1/jobs route although its URL does not start with "/v1/".
-    const path = request.routeOptions.url ?? request.url;
-    if (!path.startsWith('/v1/')) return done();
-    // Signed result URLs carry their own authorisation (checked by the route).
-    if (request.routeOptions.config?.signedUrl) return done();
+  // Callback-style hooks: on every request, async hooks cost a promise round each. A stream
+  // token authenticates only the streams it names (checked by those routes); anywhere else it
+  // is refused.
+  const authenticate = (streamRoute: boolean) => (request: FastifyRequest, _reply: unknown, done: (err?: Error) => void) => {
     const token = (request.query as { token?: unknown } | undefined)?.token;
     if (typeof token === 'string' && token !== '') {
       const grant = ctx.tokens.verify(token);
       if (!grant) return done(new HttpProblem(401, 'INVALID_TOKEN', 'stream token is invalid or expired'));
+      if (!streamRoute) return done(new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens only open event streams; use an API key'));
       request.grant = grant;
       request.tenant = grant.tenant;
       return done();
@@ -149,13 +160,17 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     if (!tenant) return done(new HttpProblem(401, 'UNAUTHORIZED', presented ? 'API key is not valid' : 'missing Authorization: Bearer <api key>'));
     request.tenant = tenant;
     done();
-  });
-  // A stream token is for streams only.
-  app.addHook('preHandler', (request, _reply, done) => {
-    if (request.grant && !request.routeOptions.config?.streamRoute) {
-      return done(new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens only open event streams; use an API key'));
-    }
-    done();
+  };
+  const authenticateStream = authenticate(true);
+  const authenticateApi = authenticate(false);
+  // Which routes authenticate is decided once, when each is registered, by the route's path
+  // (the router decodes percent-escapes, so `/%761/jobs` reaches the /v1/jobs route and its
+  // hook): per request, `request.routeOptions` builds a new object on every read.
+  app.addHook('onRoute', (route) => {
+    if (!route.url?.startsWith('/v1/')) return;
+    // Signed result URLs carry their own authorisation (checked by the route).
+    if (route.config?.signedUrl) return;
+    route.onRequest = [route.config?.streamRoute ? authenticateStream : authenticateApi, ...hookList(route.onRequest)];
   });
 
   app.addSchema(snapshotSchema);

@@ -111,6 +111,15 @@ export interface GetJobParams {
   tenant?: string;
 }
 
+/** A job's public snapshot as JSON text, read in one step (see Store.getSnapshotJson). */
+export interface SnapshotJson {
+  state: JobState;
+  runAt: number;
+  expiresAt: number | null;
+  /** What `JSON.stringify(toSnapshot(job))` gives; null when this job takes the general path. */
+  json: string | null;
+}
+
 export interface ListJobsParams {
   tenant?: string;
   states?: JobState[];
@@ -268,6 +277,12 @@ export interface Store {
   /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */
   insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; tx?: SqlTransaction }): Promise<InsertResult[]>;
   getJob(params: GetJobParams): Promise<JobRecord | null>;
+  /**
+   * Optional fast path for status reads: the snapshot built by the database in the read that
+   * finds the job. Null when the job is not found (or is another tenant's). Stores without it,
+   * and jobs it returns `json: null` for, take getJob and `toSnapshot`.
+   */
+  getSnapshotJson?(params: GetJobParams): Promise<SnapshotJson | null>;
   listJobs(params: ListJobsParams): Promise<JobPage>;
   getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null>;
 

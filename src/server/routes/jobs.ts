@@ -11,19 +11,22 @@ import { routeSchemas } from '../schemas.js';
 const MAX_IDEMPOTENCY_KEY = 255;
 
 /** Seconds a poller should wait: 1 s for queued/running work, the time until runAt for delayed work. */
-export function retryAfterSeconds(job: JobSnapshot, now = Date.now()): number | null {
-  if (isTerminal(job.status)) return null;
-  if (job.status === 'pending' || job.status === 'retrying') {
-    return Math.min(60, Math.max(1, Math.ceil((Date.parse(job.runAt) - now) / 1000)));
-  }
+export function retryAfterSeconds(status: JobState, runAt: number, now = Date.now()): number | null {
+  if (isTerminal(status)) return null;
+  if (status === 'pending' || status === 'retrying') return Math.min(60, Math.max(1, Math.ceil((runAt - now) / 1000)));
   return 1;
 }
 
-function withPollingHeaders(reply: FastifyReply, job: JobSnapshot): FastifyReply {
+function withPollingHeaders(reply: FastifyReply, status: JobState, runAt: number): FastifyReply {
   reply.header('Cache-Control', 'no-store');
-  const ra = retryAfterSeconds(job);
+  const ra = retryAfterSeconds(status, runAt);
   if (ra !== null) reply.header('Retry-After', String(ra));
   return reply;
+}
+
+/** Polling headers for a snapshot (its runAt is an ISO string). */
+function withSnapshotHeaders(reply: FastifyReply, job: JobSnapshot): FastifyReply {
+  return withPollingHeaders(reply, job.status, Date.parse(job.runAt));
 }
 
 interface SubmitBody {
@@ -57,17 +60,22 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     if (key !== undefined) options.idempotencyKey = key;
     const { job, replayed } = await lh.enqueue(body.type, body.input, options);
     reply.header('Location', job.links.self);
-    withPollingHeaders(reply, job);
+    withSnapshotHeaders(reply, job);
     if (replayed) reply.header('Idempotent-Replayed', 'true');
     return reply.code(replayed ? 200 : 202).send(job);
   });
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id', { schema: routeSchemas.get }, async (request, reply) => {
-    const job = await lh.get(request.params.id, { tenant: request.tenant });
-    if (!job) throw new JobNotFoundError(request.params.id);
-    if (job.status === 'expired') throw new HttpProblem(410, 'EXPIRED', `job ${job.id} expired at ${job.expiresAt}; its result was deleted`);
-    return withPollingHeaders(reply, job).send(job);
-  });
+  // The status poll: the snapshot arrives as JSON text (see Longhaul.snapshotJson) and is sent as is.
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id', { schema: routeSchemas.get }, (request, reply) =>
+    lh.snapshotJson(request.params.id, { tenant: request.tenant }).then((job) => {
+      if (!job) throw new JobNotFoundError(request.params.id);
+      if (job.state === 'expired') {
+        const at = job.expiresAt === null ? 'an earlier time' : new Date(job.expiresAt).toISOString();
+        throw new HttpProblem(410, 'EXPIRED', `job ${request.params.id} expired at ${at}; its result was deleted`);
+      }
+      return withPollingHeaders(reply, job.state, job.runAt).type('application/json; charset=utf-8').send(job.json);
+    }),
+  );
 
   app.get<{ Querystring: { status?: string; type?: string; limit?: string; cursor?: string } }>(
     '/v1/jobs',
@@ -101,7 +109,7 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
 
   app.post<{ Params: { id: string } }>('/v1/jobs/:id/retry', { schema: routeSchemas.retry }, async (request, reply) => {
     const job = await lh.retry(request.params.id, { tenant: request.tenant });
-    return withPollingHeaders(reply, job).code(202).send(job);
+    return withSnapshotHeaders(reply, job).code(202).send(job);
   });
 
   app.get<{ Params: { id: string } }>('/v1/jobs/:id/transitions', { schema: routeSchemas.transitions }, async (request) => ({

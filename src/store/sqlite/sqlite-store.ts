@@ -32,6 +32,7 @@ import {
   type ListJobsParams,
   type NewJob,
   type ResultFileRecord,
+  type SnapshotJson,
   type Store,
   type SweepParams,
   type TransitionParams,
@@ -41,6 +42,7 @@ import {
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
 import { jobFromJson, jobJson, queueOrder } from './rows.js';
+import { SNAPSHOT_JSON_SQL } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
 import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 import { checkTransition, Transitions } from './transitions.js';
@@ -118,6 +120,8 @@ interface HotStatements {
   claimIds: Compiled<ClaimArgs>;
   running: Database.Statement;
   promote: Compiled<{ id: string; at: number }>;
+  getJob: Database.Statement;
+  snapshotJson: Database.Statement;
 }
 
 // LIMIT takes literals, with one statement per value: with a bound LIMIT, SQLite (built with
@@ -211,6 +215,8 @@ export class SqliteStore implements Store {
         CLAIM_PARAMS,
       ),
       running: db.prepare("SELECT count(*) FROM jobs WHERE state = 'running' AND type = ?").pluck(true),
+      getJob: db.prepare(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`).pluck(true),
+      snapshotJson: db.prepare(SNAPSHOT_JSON_SQL).raw(true),
       promote: compile(
         db,
         `UPDATE jobs SET state = 'queued', updated_at = ${NEXT_UPDATED_AT}, log = ${logEntrySql('state', "'queued'", 'attempts', "'due'", 'NULL')}
@@ -301,10 +307,16 @@ export class SqliteStore implements Store {
   // ---- reads --------------------------------------------------------------------------
 
   async getJob(params: GetJobParams): Promise<JobRecord | null> {
-    const row = this.jobStmt(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`).get(params.id) as string | undefined;
+    const row = this.hot.getJob.get(params.id) as string | undefined;
     if (row === undefined) return null;
     const job = jobFromJson(row);
     return params.tenant !== undefined && job.tenant !== params.tenant ? null : job;
+  }
+
+  async getSnapshotJson(params: GetJobParams): Promise<SnapshotJson | null> {
+    const row = this.hot.snapshotJson.get(params.id) as [string, JobState, number, number | null, number, string] | undefined;
+    if (row === undefined || (params.tenant !== undefined && row[0] !== params.tenant)) return null;
+    return { state: row[1], runAt: row[2], expiresAt: row[3], json: row[4] === 1 ? row[5] : null };
   }
 
   async getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null> {
