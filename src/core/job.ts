@@ -107,8 +107,18 @@ export interface JobSnapshot {
   links: { self: string; events: string; cancel: string };
 }
 
+// The last instant written: a new job's createdAt, updatedAt and runAt are one instant, and
+// jobs submitted together share it (toISOString is a third of toSnapshot's time).
+let lastMs = Number.NaN;
+let lastIso = '';
+
 function iso(ms: number | null): string | null {
-  return ms === null ? null : new Date(ms).toISOString();
+  if (ms === null) return null;
+  if (ms !== lastMs) {
+    lastIso = new Date(ms).toISOString();
+    lastMs = ms;
+  }
+  return lastIso;
 }
 
 export function toSnapshot(job: JobRecord, basePath = '/v1/jobs'): JobSnapshot {
