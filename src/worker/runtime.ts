@@ -21,7 +21,7 @@ import type { JobState } from '../core/states.js';
 import type { JobBus } from '../channel/bus.js';
 import type { Store, TransitionParams } from '../store/store.js';
 import type { Task, TaskContext } from '../tasks/define.js';
-import { abortKindOf, JobAbortedError, LeaseLostError } from './abort.js';
+import { type AbortKind, AttemptAbort, LeaseLostError } from './abort.js';
 import { type LongTimer, longTimeout, sleepLong } from './long-timer.js';
 import { ProgressReporter } from './progress-reporter.js';
 
@@ -90,7 +90,8 @@ export interface WorkerStats {
 interface Active {
   job: JobRecord;
   task: Task;
-  controller: AbortController;
+  /** Its abort state (`ctx.signal` is made from it on first read). */
+  abortState: AttemptAbort;
   /** Made on the first progress report: most jobs' contexts never need one. */
   reporter: ProgressReporter | null;
   nextHeartbeatAt: number;
@@ -443,11 +444,10 @@ export class Worker {
   private begin(job: JobRecord): void {
     const task = this.tasks.get(job.type);
     if (!task) return; // cannot happen: we only claim our own types
-    const controller = new AbortController();
     const active: Active = {
       job,
       task,
-      controller,
+      abortState: new AttemptAbort(),
       nextHeartbeatAt: this.clock() + (task.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs),
       timeoutTimer: null,
       settled: false,
@@ -473,7 +473,7 @@ export class Worker {
   }
 
   private async execute(active: Active): Promise<void> {
-    const { job, task, controller } = active;
+    const { job, task } = active;
     let outcome: { ok: true; value: unknown } | { ok: false; error: unknown };
     const t0 = performance.now();
     try {
@@ -489,7 +489,7 @@ export class Worker {
     this.startReady();
     active.timeoutTimer?.cancel();
     if (active.settled) return; // handed back at shutdown: the transition is already written
-    const kind = abortKindOf(controller.signal);
+    const kind = active.abortState.kind;
     if (active.reporter) await active.reporter.close(kind !== 'lease-lost');
     if (kind === 'lease-lost') {
       active.settled = true;
@@ -502,7 +502,7 @@ export class Worker {
     this.settle(active, this.decide(active, outcome, kind));
   }
 
-  private decide(active: Active, outcome: { ok: true; value: unknown } | { ok: false; error: unknown }, kind: ReturnType<typeof abortKindOf>): Outcome {
+  private decide(active: Active, outcome: { ok: true; value: unknown } | { ok: false; error: unknown }, kind: AbortKind | null): Outcome {
     const { job, task } = active;
     const now = this.clock();
     if (outcome.ok) {
@@ -581,7 +581,7 @@ export class Worker {
   }
 
   private makeContext(active: Active, useCheckpoint = true): TaskContext {
-    const { job, task, controller } = active;
+    const { job, task, abortState } = active;
     let checkpointValue: unknown =
       useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
     let log: Logger | undefined;
@@ -595,11 +595,15 @@ export class Worker {
         type: job.type,
         tenant: job.tenant,
         metadata: job.metadata,
-        createdAt: new Date(job.createdAt).toISOString(),
+        get createdAt() {
+          return new Date(job.createdAt).toISOString();
+        },
         maxAttempts: job.maxAttempts,
       },
       attempt: job.attempts,
-      signal: controller.signal,
+      get signal() {
+        return abortState.signal;
+      },
       // A child logger per job costs more than a no-op job: make it on first use.
       get log() {
         log ??= parentLog.child({ jobId: job.id, type: job.type, attempt: job.attempts });
@@ -648,7 +652,7 @@ export class Worker {
   }
 
   private abort(active: Active, kind: 'cancelled' | 'timeout' | 'shutdown' | 'lease-lost'): void {
-    if (!active.controller.signal.aborted) active.controller.abort(new JobAbortedError(kind));
+    active.abortState.abort(kind);
   }
 
   private abortLocal(id: string, kind: 'cancelled' | 'timeout'): void {
@@ -656,7 +660,7 @@ export class Worker {
   }
 
   private async requestTimeout(active: Active): Promise<void> {
-    if (active.settled || active.controller.signal.aborted) return;
+    if (active.settled || active.abortState.aborted) return;
     const { job } = active;
     // Record the request so the sweeper forces the cancel after the drain if the handler ignores the signal.
     try {
@@ -698,7 +702,7 @@ export class Worker {
   }
 
   private async pollCancels(): Promise<void> {
-    const running = [...this.active.values()].filter((a) => !a.settled && !a.controller.signal.aborted);
+    const running = [...this.active.values()].filter((a) => !a.settled && !a.abortState.aborted);
     if (running.length === 0) return;
     const results = await this.store.leaseStatus({ items: running.map((a) => ({ id: a.job.id, lease: a.job.lease })) });
     results.forEach((r, i) => {
@@ -766,7 +770,7 @@ export class Worker {
     for (const [i, a] of leftovers.entries()) {
       this.leaving.delete(a);
       if (a.settled) continue; // finished meanwhile: its own outcome is queued
-      const seen = abortKindOf(a.controller.signal);
+      const seen = a.abortState.kind;
       const cancel = seen === 'cancelled' || seen === 'timeout' ? seen : requested[i];
       a.settled = true;
       if (!a.started) a.timeoutTimer?.cancel();
