@@ -172,6 +172,27 @@ describe('snapshot JSON written by SQLite equals the JavaScript snapshot', () =>
     await agrees(held.id, 'fast');
   });
 
+  it('a poll of an unchanged job re-sends the held snapshot; any change, even two progress reports in one millisecond, is seen', async () => {
+    await worker.stop(); // this test claims the job itself
+    const job = await lh.submit('sj.echo', { poll: 1 }, { tenant: 'poller' });
+    const read = async () => JSON.parse((await lh.snapshotJson(job.id))?.json ?? 'null');
+    assert.equal((await read()).status, 'queued');
+    assert.deepEqual(await read(), JSON.parse(JSON.stringify(await lh.get(job.id))), 'the held copy equals a fresh one');
+    const [claimed] = await lh.store.claimJobs({ workerId: 'poller-test', types: [{ type: 'sj.echo' }], limit: 1, now: Date.now() });
+    assert.equal(claimed?.id, job.id, 'no other job is queued');
+    const lease = claimed.lease;
+    assert.equal((await read()).status, 'running');
+    const at = Date.now();
+    const progress = (percent: number) => ({ percent, stage: null, itemsDone: null, itemsTotal: null, message: `at ${percent}`, eta: null, updatedAt: new Date(at).toISOString() });
+    assert.ok(await lh.store.saveProgress({ id: job.id, lease, progress: progress(10), now: at }));
+    assert.equal((await read()).progress.percent, 10);
+    assert.ok(await lh.store.saveProgress({ id: job.id, lease, progress: progress(20), now: at }));
+    assert.equal((await read()).progress.percent, 20, 'a second report in the same millisecond is not hidden by the held copy');
+    await lh.cancel(job.id);
+    assert.equal((await read()).cancelRequested, true);
+    assert.deepEqual(await read(), JSON.parse(JSON.stringify(await lh.get(job.id))));
+  });
+
   it('a tenant scope hides another tenant’s job, and an unknown id is null', async () => {
     const job = await lh.submit('sj.echo', {}, { tenant: 'tenant-a' });
     assert.ok(await lh.snapshotJson(job.id, { tenant: 'tenant-a' }));

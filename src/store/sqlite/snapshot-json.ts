@@ -71,13 +71,66 @@ const FIELDS: [string, string][] = [
 
 const snapshotText = `concat(${FIELDS.map(([name, sql], i) => `${lit(`${i === 0 ? '{' : ','}"${name}":`)}, ${sql}`).join(',\n    ')}, '}')`;
 
+const storedProgressOrNull = '(SELECT p.data FROM job_progress p WHERE p.job_id = j.id)';
+
 /**
- * One row per job: `[tenant, state, run_at, expires_at, fast, snapshot JSON]`; the parameter is
- * the job id. `fast` is 0 when the snapshot must come from the general path instead.
+ * One row per job: `[tenant, state, run_at, expires_at, fast, updated_at, progress, snapshot
+ * JSON]`. Parameters: the `updated_at` and progress text of a copy the caller holds (or -1 and
+ * NULL), then the job id. The snapshot is NULL when that copy is still current: `updated_at`
+ * moves forward on every change of the jobs row a snapshot shows, and progress lives in its own
+ * table, compared as text. `fast` is 0 when the snapshot must come from the general path.
  */
 export const SNAPSHOT_JSON_SQL = `
   SELECT j.tenant, j.state, j.run_at, j.expires_at,
     (j.attempts = 0 OR NOT EXISTS (SELECT 1 FROM job_results r WHERE r.job_id = j.id))
       AND ${DATE_FIELDS.map(([, c]) => `coalesce(j.${c} BETWEEN 0 AND ${MAX_PLAIN_DATE}, 1)`).join(' AND ')},
-    ${snapshotText}
+    j.updated_at, ${storedProgressOrNull},
+    CASE WHEN j.updated_at = ? AND ${storedProgressOrNull} IS ? THEN NULL ELSE ${snapshotText} END
   FROM jobs j WHERE j.id = ?`;
+
+interface Held {
+  updatedAt: number;
+  progress: string | null;
+  json: string;
+}
+
+/**
+ * The snapshots last written for status polls, by job id, so that a poll of an unchanged job
+ * only checks its version (about half the read). Bounded by total text size; the oldest go first.
+ */
+export class SnapshotCache {
+  private readonly held = new Map<string, Held>();
+  private chars = 0;
+
+  constructor(
+    private readonly maxChars = 8 * 1024 * 1024,
+    private readonly maxEntryChars = 64 * 1024,
+  ) {}
+
+  get(id: string): Held | undefined {
+    return this.held.get(id);
+  }
+
+  set(id: string, entry: Held): void {
+    this.delete(id);
+    if (entry.json.length > this.maxEntryChars) return;
+    this.held.set(id, entry);
+    this.chars += entry.json.length;
+    for (const [oldest, e] of this.held) {
+      if (this.chars <= this.maxChars) break;
+      this.held.delete(oldest);
+      this.chars -= e.json.length;
+    }
+  }
+
+  delete(id: string): void {
+    const e = this.held.get(id);
+    if (!e) return;
+    this.held.delete(id);
+    this.chars -= e.json.length;
+  }
+
+  get size(): number {
+    return this.held.size;
+  }
+}

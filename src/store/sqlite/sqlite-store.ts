@@ -42,7 +42,7 @@ import {
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
 import { jobFromJson, jobJson, queueOrder } from './rows.js';
-import { SNAPSHOT_JSON_SQL } from './snapshot-json.js';
+import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
 import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 import { checkTransition, Transitions } from './transitions.js';
@@ -142,6 +142,8 @@ export class SqliteStore implements Store {
   readonly db: Database.Database;
   private readonly statements = new Map<string, Database.Statement>();
   private readonly jobStatements = new Map<string, Database.Statement>();
+  /** Status-poll snapshots by job id, re-sent while their version is current (see snapshot-json.ts). */
+  private readonly snapshots = new SnapshotCache();
   private readonly transitions: Transitions;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: Database.Statement;
@@ -314,9 +316,20 @@ export class SqliteStore implements Store {
   }
 
   async getSnapshotJson(params: GetJobParams): Promise<SnapshotJson | null> {
-    const row = this.hot.snapshotJson.get(params.id) as [string, JobState, number, number | null, number, string] | undefined;
-    if (row === undefined || (params.tenant !== undefined && row[0] !== params.tenant)) return null;
-    return { state: row[1], runAt: row[2], expiresAt: row[3], json: row[4] === 1 ? row[5] : null };
+    const held = this.snapshots.get(params.id);
+    const row = this.hot.snapshotJson.get(held?.updatedAt ?? -1, held?.progress ?? null, params.id) as
+      | [string, JobState, number, number | null, number, number, string | null, string | null]
+      | undefined;
+    if (row === undefined) {
+      if (held) this.snapshots.delete(params.id);
+      return null;
+    }
+    if (params.tenant !== undefined && row[0] !== params.tenant) return null;
+    if (row[4] !== 1) return { state: row[1], runAt: row[2], expiresAt: row[3], json: null };
+    let json = row[7];
+    if (json === null) json = (held as { json: string }).json;
+    else this.snapshots.set(params.id, { updatedAt: row[5], progress: row[6], json });
+    return { state: row[1], runAt: row[2], expiresAt: row[3], json };
   }
 
   async getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null> {
