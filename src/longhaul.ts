@@ -177,12 +177,18 @@ function toEpoch(runAt: Date | string | number, now: number): number {
 
 /** A JSON copy of `value` (what the store keeps), or a clear error naming `what`. */
 function jsonCopy(value: unknown, what: string): unknown {
-  if (jsonDepth(value) > MAX_JSON_DEPTH) throw new InvalidOptionsError(`${what} nests deeper than ${MAX_JSON_DEPTH} levels`);
+  const tooDeep = () => new InvalidOptionsError(`${what} nests deeper than ${MAX_JSON_DEPTH} levels`);
+  let text: string | undefined;
   try {
-    return JSON.parse(JSON.stringify(value));
+    text = JSON.stringify(value);
   } catch (err) {
+    if (jsonDepth(value) > MAX_JSON_DEPTH) throw tooDeep();
     throw new InvalidOptionsError(`${what} must be JSON-serializable: ${(err as Error).message}`);
   }
+  if (text === undefined) throw new InvalidOptionsError(`${what} must be JSON-serializable: ${typeof value} has no JSON form`);
+  // Each level of nesting takes at least two characters: short texts need no walk.
+  if (text.length > 2 * MAX_JSON_DEPTH && jsonDepth(value) > MAX_JSON_DEPTH) throw tooDeep();
+  return JSON.parse(text);
 }
 
 /** How often a watch reads the store when no channel relays other processes' changes. */

@@ -114,7 +114,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       return done(new HttpProblem(400, 'MALFORMED_JSON', `request body is not valid JSON: ${(err as Error).message}`), undefined);
     }
     // Absurdly deep values overflow the stack of every recursive consumer (serializers, hashing).
-    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+    // Each level of nesting takes at least two characters: short bodies need no walk.
+    if (text.length > 2 * MAX_JSON_DEPTH && nestsDeeperThan(value, MAX_JSON_DEPTH)) {
       return done(new HttpProblem(400, 'INVALID_REQUEST', `request body nests deeper than ${MAX_JSON_DEPTH} levels`), undefined);
     }
     done(null, value);
