@@ -62,6 +62,9 @@ if (mode === 'bare') {
     },
   };
   app.get('/v1/snapshot/:id', async (_req, reply) => reply.header('cache-control', 'no-store').header('retry-after', '1').send(snapshot));
+  app.post('/v1/snapshot', async (_req, reply) =>
+    reply.code(202).header('location', snapshot.links.self).header('cache-control', 'no-store').header('retry-after', '1').send(snapshot),
+  );
   const address = await app.listen({ port: 0, host: '127.0.0.1' });
   process.stdout.write(`${JSON.stringify({ port: Number(new URL(address).port) })}\n`);
 } else {

@@ -58,6 +58,7 @@ const rows: Row[] = [];
 try {
   const bare = await startServer('bare', '');
   rows.push(await cannon('bare Fastify POST 202', { url: `http://127.0.0.1:${bare.port}/v1/jobs`, ...post }));
+  rows.push(await cannon('bare Fastify POST 202, snapshot-sized body', { url: `http://127.0.0.1:${bare.port}/v1/snapshot`, ...post }));
   rows.push(await cannon('bare Fastify GET', { url: `http://127.0.0.1:${bare.port}/v1/jobs/x` }));
   rows.push(await cannon('bare Fastify GET, snapshot-sized body', { url: `http://127.0.0.1:${bare.port}/v1/snapshot/x` }));
   bare.child.kill();
@@ -71,7 +72,10 @@ try {
   console.log(`\nHTTP, ${connections} connections, ${duration} s each`);
   console.table(rows.map((r) => ({ route: r.name, 'req/s': r.rps, 'p50 ms': r.p50, 'p99 ms': r.p99, non2xx: r.non2xx })));
   const ratio = (a: string, b: string) => (rows.find((r) => r.name === a)?.rps ?? 0) / (rows.find((r) => r.name === b)?.rps ?? 1);
-  console.log(`ratio POST longhaul/bare = ${ratio('Longhaul POST /v1/jobs', 'bare Fastify POST 202').toFixed(2)}, GET = ${ratio('Longhaul GET /v1/jobs/:id', 'bare Fastify GET').toFixed(2)} (against a snapshot-sized bare body: ${ratio('Longhaul GET /v1/jobs/:id', 'bare Fastify GET, snapshot-sized body').toFixed(2)})`);
+  console.log(
+    `ratio POST longhaul/bare = ${ratio('Longhaul POST /v1/jobs', 'bare Fastify POST 202').toFixed(2)} (against a snapshot-sized bare body: ${ratio('Longhaul POST /v1/jobs', 'bare Fastify POST 202, snapshot-sized body').toFixed(2)}), ` +
+      `GET = ${ratio('Longhaul GET /v1/jobs/:id', 'bare Fastify GET').toFixed(2)} (against a snapshot-sized bare body: ${ratio('Longhaul GET /v1/jobs/:id', 'bare Fastify GET, snapshot-sized body').toFixed(2)})`,
+  );
 
   // SSE fan-out: N clients on one job whose handler reports progress every 100 ms, stamping the call time.
   const fan = await startServer('longhaul', join(dir, 'sse.db'), { BENCH_WORKER: '1' });

@@ -444,3 +444,28 @@ describe('worker runtime, edge cases', () => {
     });
   });
 });
+
+describe('an attempt’s abort state (ctx.signal made on first read)', () => {
+  it('a signal read after the abort starts aborted with the reason; one read before it fires; the first abort wins', async () => {
+    const { AttemptAbort, JobAbortedError } = await import('../src/worker/abort.js');
+    const late = new AttemptAbort();
+    assert.equal(late.aborted, false);
+    assert.equal(late.kind, null);
+    late.abort('cancelled');
+    late.abort('timeout');
+    assert.equal(late.kind, 'cancelled');
+    assert.equal(late.signal.aborted, true);
+    assert.ok(late.signal.reason instanceof JobAbortedError);
+    assert.equal((late.signal.reason as InstanceType<typeof JobAbortedError>).kind, 'cancelled');
+
+    const early = new AttemptAbort();
+    const signal = early.signal;
+    let fired = 0;
+    signal.addEventListener('abort', () => fired++);
+    early.abort('lease-lost');
+    early.abort('shutdown');
+    assert.equal(fired, 1);
+    assert.equal(early.signal, signal, 'one signal per attempt');
+    assert.equal((signal.reason as InstanceType<typeof JobAbortedError>).kind, 'lease-lost');
+  });
+});
