@@ -341,12 +341,16 @@ export class Longhaul {
 
   // ---- submit ---------------------------------------------------------------------------
 
-  private async prepare(type: unknown, input: unknown, options: SubmitOptions, now: number): Promise<NewJob> {
+  /**
+   * Checks a submission and builds its row. Synchronous unless the task has an input schema
+   * (validators may be async): most submissions then reach the group commit without an await.
+   */
+  private prepare(type: unknown, input: unknown, options: SubmitOptions, now: number): NewJob | Promise<NewJob> {
     if (typeof type !== 'string' || type === '') throw new InvalidOptionsError('type must be a non-empty string');
     const task = this.taskMap.get(type);
     if (!task) throw new UnknownTaskError(type);
     if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new InvalidOptionsError('options must be an object');
-    const { priority, runAt, delayMs, maxAttempts, timeoutMs, metadata, idempotencyKey, tenant, parentId } = options;
+    const { priority, runAt, delayMs, maxAttempts, timeoutMs, metadata, idempotencyKey, tenant } = options;
     if (priority !== undefined && !PRIORITIES.includes(priority)) throw new InvalidOptionsError(`priority must be one of ${PRIORITIES.join(', ')}`);
     if (runAt !== undefined && delayMs !== undefined) throw new InvalidOptionsError('give runAt or delayMs, not both');
     if (delayMs !== undefined && (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_SCHEDULE_MS)) {
@@ -365,12 +369,17 @@ export class Longhaul {
     }
     if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) throw new InvalidOptionsError('tenant must be a non-empty string');
     if (tenant === INTERNAL_TENANT) throw new InvalidOptionsError(`tenant "${INTERNAL_TENANT}" is reserved for internal jobs`);
-    let value: unknown = input === undefined || input === null ? null : jsonCopy(input, 'input');
-    if (task.input !== undefined) {
-      const checked = await validateInput(task.input, input === undefined ? undefined : value);
+    const value: unknown = input === undefined || input === null ? null : jsonCopy(input, 'input');
+    if (task.input === undefined) return this.newJob(task, type, input, value, meta, options, now);
+    return validateInput(task.input, input === undefined ? undefined : value).then((checked) => {
       if (!checked.ok) throw new InputValidationError(type, checked.issues);
-      value = checked.value ?? null;
-    }
+      return this.newJob(task, type, input, checked.value ?? null, meta, options, now);
+    });
+  }
+
+  /** The row of a checked submission (`value`: its input as stored). */
+  private newJob(task: Task, type: string, input: unknown, value: unknown, meta: Record<string, unknown> | null, options: SubmitOptions, now: number): NewJob {
+    const { priority, runAt, delayMs, maxAttempts, timeoutMs, metadata, idempotencyKey, tenant, parentId } = options;
     const when = runAt !== undefined ? toEpoch(runAt, now) : now + (delayMs ?? 0);
     const requestHash =
       idempotencyKey === undefined
@@ -412,9 +421,25 @@ export class Longhaul {
   }
 
   /** Submits a job; `replayed` is true when an idempotency key returned an existing job. */
-  async enqueue(type: string, input?: unknown, options: SubmitOptions = {}): Promise<{ job: JobSnapshot; replayed: boolean }> {
-    this.assertOpen();
-    const job = await this.prepare(type, input, options, Date.now());
+  enqueue(type: string, input?: unknown, options: SubmitOptions = {}): Promise<{ job: JobSnapshot; replayed: boolean }> {
+    let prepared: NewJob | Promise<NewJob>;
+    try {
+      this.assertOpen();
+      prepared = this.prepare(type, input, options, Date.now());
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    // Most submissions (no webhook, no caller's transaction, no input schema) go straight to
+    // the group commit: each await of their own would cost a promise round per request.
+    if (!(prepared instanceof Promise) && options.webhook === undefined && options.tx === undefined) {
+      const job = prepared;
+      return this.inserts.add(job).then((res) => this.afterInsert(res, job));
+    }
+    return this.enqueuePrepared(prepared, options);
+  }
+
+  private async enqueuePrepared(prepared: NewJob | Promise<NewJob>, options: SubmitOptions): Promise<{ job: JobSnapshot; replayed: boolean }> {
+    const job = await prepared;
     const webhook = options.webhook === undefined ? null : await checkWebhookOption(options.webhook, this.webhookConfig);
     if (options.tx !== undefined && this.store.dialect !== 'postgres') throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
     // The target is saved first, under the new job's id: a target whose job never gets inserted

@@ -42,7 +42,7 @@ interface SubmitBody {
 }
 
 export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppContext): void {
-  app.post<{ Body: SubmitBody }>('/v1/jobs', { schema: routeSchemas.submit }, async (request, reply) => {
+  app.post<{ Body: SubmitBody }>('/v1/jobs', { schema: routeSchemas.submit }, (request, reply) => {
     const body = request.body;
     const key = request.headers['idempotency-key'];
     if (Array.isArray(key)) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', 'send one Idempotency-Key header');
@@ -58,11 +58,12 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     if (body.metadata !== undefined) options.metadata = body.metadata;
     if (body.webhook !== undefined) options.webhook = body.webhook;
     if (key !== undefined) options.idempotencyKey = key;
-    const { job, replayed } = await lh.enqueue(body.type, body.input, options);
-    reply.header('Location', job.links.self);
-    withSnapshotHeaders(reply, job);
-    if (replayed) reply.header('Idempotent-Replayed', 'true');
-    return reply.code(replayed ? 200 : 202).send(job);
+    return lh.enqueue(body.type, body.input, options).then(({ job, replayed }) => {
+      reply.header('Location', job.links.self);
+      withSnapshotHeaders(reply, job);
+      if (replayed) reply.header('Idempotent-Replayed', 'true');
+      return reply.code(replayed ? 200 : 202).send(job);
+    });
   });
 
   // The status poll: the snapshot arrives as JSON text (see Longhaul.snapshotJson) and is sent as is.
