@@ -685,6 +685,13 @@ describe('HTTP API', () => {
         const lib = await open.lh.submit('t.quick', null);
         assert.equal((await call(open.base, `/v1/jobs/${lib.id}`, { key: null })).status, 200, 'library submissions default to the same tenant');
       });
+      it('reads a ?token= on streams only: elsewhere it is ignored, as every request is the default tenant’s', async () => {
+        const job = await open.lh.submit('t.quick', null);
+        assert.equal((await call(open.base, `/v1/jobs/${job.id}?token=forged.token`, { key: null })).status, 200);
+        assert.equal((await call(open.base, '/v1/jobs?token=forged.token', { key: null, body: { type: 't.quick' } })).status, 202);
+        problemOf(await call(open.base, `/v1/jobs/${job.id}/events?token=forged.token`, { key: null }), 401, 'INVALID_TOKEN');
+        problemOf(await call(open.base, '/v1/no-such-route', { key: null }), 404, 'NOT_FOUND');
+      });
     });
   });
 

@@ -133,7 +133,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.setNotFoundHandler(
     {
       preHandler: (request, reply, done) => {
-        if (request.url.startsWith('/v1/')) return authenticateApi(request, reply, done);
+        if (ctx.authEnabled && request.url.startsWith('/v1/')) return authenticateApi(request, reply, done);
         done();
       },
     },
@@ -171,6 +171,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     if (!route.url?.startsWith('/v1/')) return;
     // Signed result URLs carry their own authorisation (checked by the route).
     if (route.config?.signedUrl) return;
+    // Without API keys every request is the default tenant's: only streams read a token (it
+    // may name the streams it opens); elsewhere there is nothing to check.
+    if (!ctx.authEnabled && !route.config?.streamRoute) return;
     route.onRequest = [route.config?.streamRoute ? authenticateStream : authenticateApi, ...hookList(route.onRequest)];
   });
 
