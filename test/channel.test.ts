@@ -229,6 +229,11 @@ describe('wire codec', () => {
     ]) {
       assert.equal(decode(bad), null, bad);
     }
+    const many: Envelope = { origin: 'o1', event: 'jobs:changed', data: { ids: ['a', 'b'], tenant: 't', type: 'x', from: 'running', to: 'succeeded', reason: 'r' } };
+    assert.deepEqual(decode(encode(many)), many);
+    for (const ids of [[], [''], [1], Array.from({ length: 101 }, (_, i) => `j${i}`)]) {
+      assert.equal(decode(JSON.stringify({ v: 1, o: 'a', e: 'jobs:changed', d: { ...many.data, ids } })), null, JSON.stringify(ids).slice(0, 40));
+    }
     // Unknown extra fields are not passed on to the bus.
     const extra = decode('{"v":1,"o":"a","e":"job:cancel-requested","d":{"id":"j","reason":"user","evil":true}}');
     assert.deepEqual(extra?.data, { id: 'j', reason: 'user' });
@@ -465,6 +470,46 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
         [10, 99, 'job:changed'],
       );
     } finally {
+      await p.close();
+    }
+  });
+
+  it('groups the same change of many jobs into few messages; receivers see one job:changed per job, every job in order', async () => {
+    const name = channelName();
+    const p = await pair(() => new PostgresNotifyChannel({ connectionString: db.url, channel: name }));
+    const wire: string[] = [];
+    const tap = new PostgresNotifyChannel({ connectionString: db.url, channel: name });
+    const off = tap.subscribe({ event: (e) => wire.push(e.event), resync() {} });
+    await tap.ready();
+    try {
+      const ids = Array.from({ length: 250 }, (_, i) => `job-${String(i).padStart(3, '0')}`);
+      // One turn of a worker: 250 completions; a job claimed (a group of its own), then
+      // completed (into the first group: what waits must go out first); a progress after a change.
+      const claim = (id: string) => p.a.bus.emit('job:changed', { id, tenant: 'acme', type: 'x', from: 'queued', to: 'running', reason: 'claimed' });
+      const complete = (id: string) => p.a.bus.emit('job:changed', { id, tenant: 'acme', type: 'x', from: 'running', to: 'succeeded', reason: 'completed' });
+      for (const id of ids) complete(id);
+      claim('quick');
+      complete('quick');
+      p.a.bus.emit('job:progress', { id: 'job-001', tenant: 'acme', progress: progress(7) });
+      claim('lone');
+      await waitFor(() => of(p.b.seen, 'job:changed').some((e) => e.id === 'lone'), 'the last change');
+      const changed = of(p.b.seen, 'job:changed');
+      assert.deepEqual(
+        changed.map((e) => `${e.id}:${e.to}`),
+        [...ids.map((id) => `${id}:succeeded`), 'quick:running', 'quick:succeeded', 'lone:running'],
+      );
+      assert.deepEqual(changed[5], { id: 'job-005', tenant: 'acme', type: 'x', from: 'running', to: 'succeeded', reason: 'completed' });
+      const order = p.b.seen.filter((s) => (s.payload as { id?: string }).id === 'job-001').map((s) => s.event);
+      assert.deepEqual(order, ['job:changed', 'job:progress'], 'a progress after a change arrives after it');
+      await waitFor(() => wire.includes('job:progress') && wire.filter((e) => e === 'job:changed').length >= 2, 'the tap saw everything');
+      assert.deepEqual(
+        wire,
+        ['jobs:changed', 'jobs:changed', 'jobs:changed', 'job:changed', 'job:changed', 'job:progress', 'job:changed'],
+        'three messages of at most 100 ids; lone changes as they were',
+      );
+    } finally {
+      off();
+      await tap.close();
       await p.close();
     }
   });

@@ -8,11 +8,13 @@
  * and payloads a bridge emitted are never published again. Progress is coalesced per job
  * (default at most one message per 100 ms, latest wins) and a held progress is sent before a
  * state change of the same job, so other processes never see progress after the change.
+ * Job changes are grouped per event-loop turn: the same change of many jobs travels as one
+ * `jobs:changed` message and arrives as one `job:changed` per job, in order.
  */
 import { randomUUID } from 'node:crypto';
 import type { Progress } from '../core/progress.js';
 import type { JobBus, JobEventName, JobEvents } from './bus.js';
-import type { Channel, ChannelLogger, Envelope, RelayEvents } from './channel.js';
+import { type Channel, type ChannelLogger, type Envelope, MAX_CHANGED_IDS, type RelayEvents } from './channel.js';
 import { Coalescer } from './coalescer.js';
 
 export interface ConnectBusOptions {
@@ -56,8 +58,47 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
   const origin = options.origin ?? randomUUID();
   let closed = false;
 
-  const publish = <K extends keyof RelayEvents>(event: K, data: RelayEvents[K]) => {
+  // Job changes wait for the end of the event-loop turn and go out grouped: the same change of
+  // many jobs (a worker's cycle) is one `jobs:changed` message. Every other message first sends
+  // what waits, so receivers see each job's events in the order they happened.
+  const changes = new Map<string, RelayEvents['jobs:changed']>();
+  const changedIds = new Set<string>();
+  let changesScheduled = false;
+  const flushChanges = () => {
+    if (changes.size === 0) return;
+    const groups = [...changes.values()];
+    changes.clear();
+    changedIds.clear();
+    for (const g of groups) {
+      if (g.ids.length === 1) {
+        send('job:changed', { id: g.ids[0] as string, tenant: g.tenant, type: g.type, from: g.from, to: g.to, reason: g.reason });
+        continue;
+      }
+      for (let i = 0; i < g.ids.length; i += MAX_CHANGED_IDS) send('jobs:changed', { ...g, ids: g.ids.slice(i, i + MAX_CHANGED_IDS) });
+    }
+  };
+  const queueChange = (e: JobEvents['job:changed']) => {
+    // A second change of a job already waiting: what waits goes first, in order.
+    if (changedIds.has(e.id)) flushChanges();
+    const key = `${e.tenant}\u0000${e.type}\u0000${e.from}\u0000${e.to}\u0000${e.reason}`;
+    const group = changes.get(key);
+    if (group) group.ids.push(e.id);
+    else changes.set(key, { ids: [e.id], tenant: e.tenant, type: e.type, from: e.from, to: e.to, reason: e.reason });
+    changedIds.add(e.id);
+    if (!changesScheduled) {
+      changesScheduled = true;
+      setImmediate(() => {
+        changesScheduled = false;
+        if (!closed) flushChanges();
+      });
+    }
+  };
+  const send = <K extends keyof RelayEvents>(event: K, data: RelayEvents[K]) => {
     channel.publish({ origin, event, data } as Envelope);
+  };
+  const publish = <K extends keyof RelayEvents>(event: K, data: RelayEvents[K]) => {
+    flushChanges();
+    send(event, data);
   };
   const progress = new Coalescer<JobEvents['job:progress']>(options.progressIntervalMs ?? 100, (p) =>
     publish('job:progress', { id: p.id, tenant: p.tenant, progress: p.progress }),
@@ -71,7 +112,7 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
     local('job:submitted', ({ job }) => publish('job:submitted', { id: job.id, tenant: job.tenant, type: job.type, state: job.state })),
     local('job:changed', (e) => {
       progress.flush(e.id);
-      publish('job:changed', { id: e.id, tenant: e.tenant, type: e.type, from: e.from, to: e.to, reason: e.reason });
+      queueChange(e);
     }),
     local('job:progress', (e) => progress.offer(e.id, e)),
     local('jobs:promoted', (e) => publish('jobs:promoted', { count: e.count })),
@@ -129,6 +170,11 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
       case 'job:changed':
         emit('job:changed', { ...envelope.data });
         return;
+      case 'jobs:changed': {
+        const { ids, tenant, type, from, to, reason } = envelope.data;
+        for (const id of ids) emit('job:changed', { id, tenant, type, from, to, reason });
+        return;
+      }
       case 'jobs:promoted':
         emit('jobs:promoted', { ...envelope.data });
         return;
@@ -176,6 +222,7 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
     close() {
       if (closed) return;
       progress.flushAll();
+      flushChanges();
       closed = true;
       for (const off of offs) off();
       unsubscribe();

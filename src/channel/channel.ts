@@ -16,6 +16,12 @@ export interface RelayEvents {
   /** Identity only: a JobRecord (input, metadata) can be far larger than a notification. */
   'job:submitted': { id: string; tenant: string; type: string; state: JobState };
   'job:changed': JobEvents['job:changed'];
+  /**
+   * The same change of several jobs (one tenant, type, from, to and reason), in the order they
+   * changed: a worker's cycle ends and starts dozens of jobs at once. Receivers emit one
+   * `job:changed` per id. A lone change still travels as `job:changed`.
+   */
+  'jobs:changed': { ids: string[]; tenant: string; type: string; from: JobState; to: JobState; reason: string };
   /** `progress` is null when it was too large to send; receivers read it (channel or store). */
   'job:progress': { id: string; tenant: string; progress: Progress | null };
   'jobs:promoted': JobEvents['jobs:promoted'];
@@ -24,7 +30,10 @@ export interface RelayEvents {
 
 export type RelayEventName = keyof RelayEvents;
 
-export const RELAY_EVENT_NAMES: readonly RelayEventName[] = ['job:submitted', 'job:changed', 'job:progress', 'jobs:promoted', 'job:cancel-requested'];
+export const RELAY_EVENT_NAMES: readonly RelayEventName[] = ['job:submitted', 'job:changed', 'jobs:changed', 'job:progress', 'jobs:promoted', 'job:cancel-requested'];
+
+/** Most ids in one `jobs:changed` message (about 4 KB of them: well inside NOTIFY's 8,000 bytes). */
+export const MAX_CHANGED_IDS = 100;
 
 /** One relayed event and the bridge that sent it (so a bridge can drop its own). */
 export type Envelope = { [K in RelayEventName]: { origin: string; event: K; data: RelayEvents[K] } }[RelayEventName];

@@ -6,7 +6,7 @@
  */
 import type { Progress } from '../core/progress.js';
 import { isJobState } from '../core/states.js';
-import { type Envelope, RELAY_EVENT_NAMES, type RelayEventName } from './channel.js';
+import { type Envelope, MAX_CHANGED_IDS, RELAY_EVENT_NAMES, type RelayEventName } from './channel.js';
 
 const VERSION = 1;
 /** Free-text fields (reasons) longer than this are cut when a message must shrink. */
@@ -33,6 +33,8 @@ export function encodeWithin(envelope: Envelope, maxBytes: number): string | nul
   if (envelope.event === 'job:progress' && envelope.data.progress !== null) {
     slim = { ...envelope, data: { ...envelope.data, progress: null } };
   } else if (envelope.event === 'job:changed' && envelope.data.reason.length > REASON_CUT) {
+    slim = { ...envelope, data: { ...envelope.data, reason: `${envelope.data.reason.slice(0, REASON_CUT)}…` } };
+  } else if (envelope.event === 'jobs:changed' && envelope.data.reason.length > REASON_CUT) {
     slim = { ...envelope, data: { ...envelope.data, reason: `${envelope.data.reason.slice(0, REASON_CUT)}…` } };
   } else if (envelope.event === 'job:cancel-requested' && envelope.data.reason.length > REASON_CUT) {
     slim = { ...envelope, data: { ...envelope.data, reason: `${envelope.data.reason.slice(0, REASON_CUT)}…` } };
@@ -68,6 +70,16 @@ export function isProgress(v: unknown): v is Progress {
 const CHECKS: { [K in RelayEventName]: (d: Obj) => boolean } = {
   'job:submitted': (d) => nonEmpty(d.id) && nonEmpty(d.tenant) && nonEmpty(d.type) && isJobState(d.state),
   'job:changed': (d) => nonEmpty(d.id) && nonEmpty(d.tenant) && nonEmpty(d.type) && isJobState(d.from) && isJobState(d.to) && str(d.reason),
+  'jobs:changed': (d) =>
+    Array.isArray(d.ids) &&
+    d.ids.length > 0 &&
+    d.ids.length <= MAX_CHANGED_IDS &&
+    d.ids.every(nonEmpty) &&
+    nonEmpty(d.tenant) &&
+    nonEmpty(d.type) &&
+    isJobState(d.from) &&
+    isJobState(d.to) &&
+    str(d.reason),
   'job:progress': (d) => nonEmpty(d.id) && nonEmpty(d.tenant) && (d.progress === null || isProgress(d.progress)),
   'jobs:promoted': (d) => Number.isInteger(d.count) && (d.count as number) >= 0,
   'job:cancel-requested': (d) => nonEmpty(d.id) && str(d.reason),
@@ -80,6 +92,8 @@ function pick(event: RelayEventName, d: Obj): Obj {
       return { id: d.id, tenant: d.tenant, type: d.type, state: d.state };
     case 'job:changed':
       return { id: d.id, tenant: d.tenant, type: d.type, from: d.from, to: d.to, reason: d.reason };
+    case 'jobs:changed':
+      return { ids: [...(d.ids as string[])], tenant: d.tenant, type: d.type, from: d.from, to: d.to, reason: d.reason };
     case 'job:progress': {
       const p = d.progress as Obj | null;
       const progress =
