@@ -559,6 +559,37 @@ describe('HTTP streams', () => {
     });
   });
 
+  describe('WebSocket upgrades elsewhere', () => {
+    it('an upgrade of any other path is a 404 problem and its socket is closed; a plain GET /v1/ws is a 404', async () => {
+      for (const path of ['/v1/jobs', '/v1/events', '/nowhere', '/v1/ws/extra']) {
+        await assert.rejects(ws(path), (e: { status?: number }) => e.status === 404, path);
+      }
+      // The raw answer: a problem+json document, then the server closes the connection.
+      const net = await import('node:net');
+      const port = Number(new URL(h.base).port);
+      const raw = await new Promise<string>((resolve, reject) => {
+        const socket = net.connect(port, '127.0.0.1', () => {
+          socket.write('GET /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+        });
+        let text = '';
+        socket.on('data', (d) => {
+          text += String(d);
+        });
+        socket.on('close', () => resolve(text));
+        socket.on('error', reject);
+        socket.setTimeout(5_000, () => reject(new Error('the server kept the socket open')));
+      });
+      assert.match(raw, /^HTTP\/1\.1 404 Not Found\r\n/);
+      assert.match(raw, /content-type: application\/problem\+json/i);
+      assert.equal(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)).code, 'NOT_FOUND');
+      // The endpoint answers a percent-escaped path as the router would, and plain HTTP is a 404.
+      const c = await ws('/v%31/ws');
+      c.ws.close();
+      const plain = await call(h.base, '/v1/ws');
+      assert.equal(plain.status, 404);
+    });
+  });
+
   describe('shutdown', () => {
     it('app.close() ends open SSE streams and WebSockets instead of waiting for them', async () => {
       const x = await startHarness();

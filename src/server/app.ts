@@ -4,20 +4,20 @@
  */
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import websocket from '@fastify/websocket';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Longhaul } from '../longhaul.js';
-import { type ApiKey, bearerToken, tenantForKey } from './auth.js';
+import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER, tenantForKey } from './auth.js';
 import { FeedHub, JobHub } from './hub.js';
 import { HttpProblem, problemHandler, sendProblem } from './problem.js';
 import { registerJobRoutes } from './routes/jobs.js';
 import { registerOpsRoutes } from './routes/ops.js';
 import { type ResultRouteOptions, registerResultRoutes } from './routes/results.js';
-import { registerStreamRoutes } from './routes/streams.js';
+import { registerStreamRoutes, webSocketSession } from './routes/streams.js';
 import { registerUploadRoutes, type UploadRouteOptions } from './routes/uploads.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
+import { acceptWebSockets } from './websocket.js';
 
 export interface ServerOptions {
   lh: Longhaul;
@@ -98,11 +98,6 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     streams: new Set(),
   };
 
-  // Registered before the auth hook on purpose: its onRequest hook marks upgrade requests, and
-  // only marked ones get their socket destroyed after a refusal (a 401 upgrade otherwise leaks
-  // the socket, and app.close() waits for it forever).
-  await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
-
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSON_TYPE, { parseAs: 'string' }, (_req, body, done) => {
     const text = body as string;
@@ -142,24 +137,30 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   app.decorateRequest('tenant', 'default');
   app.decorateRequest('grant', null);
-  // Callback-style hooks: on every request, async hooks cost a promise round each. A stream
-  // token authenticates only the streams it names (checked by those routes); anywhere else it
-  // is refused.
-  const authenticate = (streamRoute: boolean) => (request: FastifyRequest, _reply: unknown, done: (err?: Error) => void) => {
-    const token = (request.query as { token?: unknown } | undefined)?.token;
+  // Who a request is: a stream token authenticates only the streams it names (checked by those
+  // routes) and is refused anywhere else; otherwise the API key's tenant, or `default` when no
+  // keys are configured. Shared by the hooks below and the WebSocket upgrade.
+  const authorize = (authorization: string | undefined, token: unknown, streamRoute: boolean): Caller | HttpProblem => {
     if (typeof token === 'string' && token !== '') {
       const grant = ctx.tokens.verify(token);
-      if (!grant) return done(new HttpProblem(401, 'INVALID_TOKEN', 'stream token is invalid or expired'));
-      if (!streamRoute) return done(new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens only open event streams; use an API key'));
-      request.grant = grant;
-      request.tenant = grant.tenant;
-      return done();
+      if (!grant) return new HttpProblem(401, 'INVALID_TOKEN', 'stream token is invalid or expired');
+      if (!streamRoute) return new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens only open event streams; use an API key');
+      return { tenant: grant.tenant, grant };
     }
-    if (!ctx.authEnabled) return done();
-    const presented = bearerToken(request.headers.authorization);
+    if (!ctx.authEnabled) return DEFAULT_CALLER;
+    const presented = bearerToken(authorization);
     const tenant = presented ? tenantForKey(keys, presented) : null;
-    if (!tenant) return done(new HttpProblem(401, 'UNAUTHORIZED', presented ? 'API key is not valid' : 'missing Authorization: Bearer <api key>'));
-    request.tenant = tenant;
+    if (!tenant) return new HttpProblem(401, 'UNAUTHORIZED', presented ? 'API key is not valid' : 'missing Authorization: Bearer <api key>');
+    return { tenant, grant: null };
+  };
+  // Callback-style hooks: on every request, async hooks cost a promise round each.
+  const authenticate = (streamRoute: boolean) => (request: FastifyRequest, _reply: unknown, done: (err?: Error) => void) => {
+    const caller = authorize(request.headers.authorization, (request.query as { token?: unknown } | undefined)?.token, streamRoute);
+    if (caller instanceof HttpProblem) return done(caller);
+    if (caller !== DEFAULT_CALLER) {
+      request.tenant = caller.tenant;
+      request.grant = caller.grant;
+    }
     done();
   };
   const authenticateStream = authenticate(true);
@@ -199,6 +200,11 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     registerResultRoutes(app, files);
   }
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  // WebSockets are served from the server's upgrade event, outside Fastify's request cycle.
+  acceptWebSockets(app, {
+    authorize: (request, token) => authorize(request.headers.authorization, token, true),
+    session: webSocketSession(ctx),
+  });
 
   // Hijacked SSE responses keep their connections busy; end them before the server closes.
   app.addHook('preClose', (done) => {

@@ -4,6 +4,16 @@
  * time taken does not reveal which key matched.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
+import type { StreamGrant } from './stream-token.js';
+
+/** Who made a request: its tenant, and the stream token's grant when it came with one. */
+export interface Caller {
+  tenant: string;
+  grant: StreamGrant | null;
+}
+
+/** Every request when no API keys are configured. */
+export const DEFAULT_CALLER: Caller = Object.freeze({ tenant: 'default', grant: null });
 
 export interface ApiKey {
   tenant: string;

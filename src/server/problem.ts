@@ -43,20 +43,22 @@ function slug(code: string): string {
   return code.toLowerCase().replaceAll('_', '-');
 }
 
+/** The RFC 9457 document of a problem. */
+export function problemBody(problem: HttpProblem, instance?: string): Record<string, unknown> {
+  return {
+    type: `urn:longhaul:problem:${slug(problem.code)}`,
+    title: TITLES[problem.status] ?? 'Error',
+    status: problem.status,
+    detail: problem.message,
+    code: problem.code,
+    ...(instance ? { instance } : {}),
+    ...(problem.extra.errors ? { errors: problem.extra.errors } : {}),
+  };
+}
+
 export function sendProblem(reply: FastifyReply, problem: HttpProblem, instance?: string): FastifyReply {
   if (problem.extra.retryAfterSeconds !== undefined) reply.header('Retry-After', String(problem.extra.retryAfterSeconds));
-  return reply
-    .code(problem.status)
-    .type('application/problem+json')
-    .send({
-      type: `urn:longhaul:problem:${slug(problem.code)}`,
-      title: TITLES[problem.status] ?? 'Error',
-      status: problem.status,
-      detail: problem.message,
-      code: problem.code,
-      ...(instance ? { instance } : {}),
-      ...(problem.extra.errors ? { errors: problem.extra.errors } : {}),
-    });
+  return reply.code(problem.status).type('application/problem+json').send(problemBody(problem, instance));
 }
 
 /** Maps any thrown value to a problem; unknown errors become a 500 without internals. */

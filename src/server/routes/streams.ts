@@ -5,6 +5,7 @@ import { JobNotFoundError } from '../../core/errors.js';
 import type { JobSnapshot } from '../../core/job.js';
 import { isTerminal } from '../../core/states.js';
 import type { AppContext } from '../app.js';
+import type { Caller } from '../auth.js';
 import { HttpProblem, toProblem } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
 import { changeSeq, SSE_HEADERS, sseFrame, statusKey } from '../sse.js';
@@ -104,9 +105,15 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
     });
     stream.onClose(unsubscribe);
   });
+}
 
-  app.get('/v1/ws', { websocket: true, config: { streamRoute: true }, schema: { summary: 'WebSocket: subscribe, unsubscribe, cancel', tags: ['streams'] } }, (socket: WebSocket, request) => {
-    const tenant = request.tenant;
+/**
+ * One `/v1/ws` connection (see websocket.ts): `{"op": "subscribe" | "unsubscribe" | "cancel", "id"}`
+ * messages in, `{"type": "snapshot", job}` and `{"type": "error", ...}` out.
+ */
+export function webSocketSession({ lh, hub }: AppContext): (socket: WebSocket, caller: Caller) => void {
+  return (socket, caller) => {
+    const { tenant, grant } = caller;
     const subs = new Map<string, () => void>();
     const send = (msg: unknown) => {
       if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(msg));
@@ -128,7 +135,7 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
           return fail(id, new HttpProblem(400, 'INVALID_MESSAGE', 'expected {"op": "subscribe" | "unsubscribe" | "cancel", "id": "<job id>"}'));
         }
         try {
-          if (request.grant && !grantAllows(request.grant, id)) throw new HttpProblem(401, 'INVALID_TOKEN', 'this stream token does not grant that job');
+          if (grant && !grantAllows(grant, id)) throw new HttpProblem(401, 'INVALID_TOKEN', 'this stream token does not grant that job');
           if (msg.op === 'subscribe') {
             if (subs.has(id)) return;
             // Claim the slot before awaiting: a repeated subscribe must not subscribe twice (and
@@ -159,7 +166,7 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
             subs.get(id)?.();
             subs.delete(id);
           } else {
-            if (request.grant) throw new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens cannot cancel jobs; use an API key');
+            if (grant) throw new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens cannot cancel jobs; use an API key');
             send({ type: 'snapshot', job: await lh.cancel(id, { tenant }) });
           }
         } catch (err) {
@@ -171,5 +178,5 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
       for (const off of subs.values()) off();
       subs.clear();
     });
-  });
+  };
 }
