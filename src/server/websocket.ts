@@ -12,7 +12,7 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import type { Caller } from './auth.js';
 import { HttpProblem, problemBody } from './problem.js';
 
-export const WS_PATH = '/v1/ws';
+const WS_PATH = '/v1/ws';
 const MAX_PAYLOAD = 64 * 1024;
 
 export interface WebSocketOptions {

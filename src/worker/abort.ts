@@ -20,10 +20,6 @@ export class JobAbortedError extends Error {
   }
 }
 
-export function abortKindOf(signal: AbortSignal): AbortKind | null {
-  return signal.aborted && signal.reason instanceof JobAbortedError ? signal.reason.kind : null;
-}
-
 /** Thrown by `ctx.checkpoint.save` (and similar) when the lease is gone. */
 export class LeaseLostError extends Error {
   constructor(readonly jobId: string) {

@@ -129,8 +129,4 @@ export class SnapshotCache {
     this.held.delete(id);
     this.chars -= e.json.length;
   }
-
-  get size(): number {
-    return this.held.size;
-  }
 }
