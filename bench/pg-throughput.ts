@@ -20,7 +20,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
-import { packageVersion, serverNote, withDatabase } from './lib/pg-database.js';
+import { costLine, packageVersion, serverCost, serverNote, withDatabase } from './lib/pg-database.js';
 import { idleWorkerLatency } from './lib/latency.js';
 import { boolFlag, gitState, listFlag, loadNote, numFlag, profiled, reportResult, strFlag, summarise, until } from './lib/util.js';
 
@@ -65,44 +65,21 @@ async function throughputRun(url: string, concurrency: number): Promise<{ enqueu
     const before = await lh.store.countByState({});
     if (before.queued !== JOBS) throw new Error(`expected ${JOBS} queued jobs, found ${before.queued}`);
 
-    const cpu0 = CPU ? await cpuTimes(lh) : null;
+    const pool = (lh.store as unknown as { pool: Parameters<typeof serverCost>[0] }).pool;
+    const cost0 = CPU ? await serverCost(pool) : null;
     const t1 = performance.now();
     await profiled(PROFILE && `${PROFILE}-c${concurrency}.cpuprofile`, 100, async () => {
       const worker = await lh.startWorker({ concurrency, sweeper: SWEEPER });
       await until(() => worker.stats.succeeded >= JOBS, 2);
     });
     const processMs = performance.now() - t1;
-    if (cpu0) {
-      const cpu1 = await cpuTimes(lh);
-      const per = (a: number, b: number) => (((b - a) * 1000) / JOBS).toFixed(1);
-      console.error(
-        `c=${concurrency}: CPU per job: this process ${per(cpu0.node, cpu1.node)} µs, server processes of the database ${per(cpu0.server, cpu1.server)} µs (wall ${((processMs * 1000) / JOBS).toFixed(1)} µs)`,
-      );
-    }
+    if (cost0) console.error(costLine(`c=${concurrency}`, cost0, await serverCost(pool), JOBS, processMs));
     const after = await lh.store.countByState({});
     if (after.succeeded !== JOBS) throw new Error(`expected ${JOBS} succeeded jobs, found ${JSON.stringify(after)}`);
     return { enqueuePerSec: JOBS / (enqueueMs / 1000), processedPerSec: JOBS / (processMs / 1000) };
   } finally {
     await lh.close();
   }
-}
-
-/** CPU ms used so far by this process and by the server processes (backends) of the benchmark's database. */
-async function cpuTimes(lh: Awaited<ReturnType<Lib['Longhaul']['open']>>): Promise<{ node: number; server: number }> {
-  const u = process.cpuUsage();
-  const pool = (lh.store as unknown as { pool: { query(sql: string): Promise<{ rows: { pid: number }[] }> } }).pool;
-  const { rows } = await pool.query('SELECT pid FROM pg_stat_activity WHERE datname = current_database()');
-  const tick = 100; // USER_HZ
-  let server = 0;
-  for (const { pid } of rows) {
-    try {
-      const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-      server += ((Number(f[11]) + Number(f[12])) * 1000) / tick;
-    } catch {
-      // not on this machine, or gone
-    }
-  }
-  return { node: (u.user + u.system) / 1000, server };
 }
 
 function latency(url: string): Promise<number[]> {

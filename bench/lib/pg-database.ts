@@ -125,3 +125,44 @@ export function packageDir(fromDir: string, name: string): string {
     dir = up;
   }
 }
+
+/** What has been spent so far: this process's CPU, the CPU of one database's backends, and the cluster's WAL. */
+export interface ServerCost {
+  /** This process's CPU, ms (process.cpuUsage). */
+  node: number;
+  /** utime + stime of the database's backends, ms (/proc; same machine only; leaves out the WAL writer and checkpointer). */
+  server: number;
+  /** WAL inserted so far (pg_current_wal_insert_lsn, the whole cluster), bytes. */
+  walBytes: number;
+}
+
+interface Queryable {
+  query<R extends pg.QueryResultRow>(sql: string): Promise<{ rows: R[] }>;
+}
+
+/** Reads a ServerCost through `db` (a pool or client on the benchmark's database). */
+export async function serverCost(db: Queryable): Promise<ServerCost> {
+  const u = process.cpuUsage();
+  const { rows } = await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()');
+  const tick = 100; // USER_HZ
+  let server = 0;
+  for (const { pid } of rows) {
+    try {
+      const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+      server += ((Number(f[11]) + Number(f[12])) * 1000) / tick;
+    } catch {
+      // not on this machine, or gone
+    }
+  }
+  const wal = (await db.query<{ b: string }>(`SELECT pg_current_wal_insert_lsn() - '0/0' AS b`)).rows[0];
+  return { node: (u.user + u.system) / 1000, server, walBytes: Number(wal?.b) };
+}
+
+/** One line: the cost per job between two readings. */
+export function costLine(label: string, a: ServerCost, b: ServerCost, jobs: number, wallMs: number): string {
+  const us = (x: number, y: number) => (((y - x) * 1000) / jobs).toFixed(1);
+  return (
+    `${label}: per job: this process ${us(a.node, b.node)} µs CPU, the database's backends ${us(a.server, b.server)} µs CPU, ` +
+    `WAL ${((b.walBytes - a.walBytes) / jobs).toFixed(0)} B; wall ${((wallMs * 1000) / jobs).toFixed(1)} µs`
+  );
+}

@@ -31,8 +31,8 @@
 import { EventEmitter } from 'node:events';
 import { Logger, makeWorkerUtils, run, type Runner, type TaskList, type WorkerUtils } from 'graphile-worker';
 import pg from 'pg';
-import { packageDir, packageVersion, serverNote, withDatabase } from '../lib/pg-database.js';
-import { listFlag, loadNote, numFlag, reportResult, strFlag, summarise, until } from '../lib/util.js';
+import { costLine, packageDir, packageVersion, serverCost, serverNote, withDatabase } from '../lib/pg-database.js';
+import { boolFlag, listFlag, loadNote, numFlag, reportResult, strFlag, summarise, until } from '../lib/util.js';
 
 const VARIANT = strFlag('graphile') ?? 'fast';
 if (VARIANT !== 'fast' && VARIANT !== 'default') throw new Error(`--graphile must be fast or default, got ${VARIANT}`);
@@ -44,6 +44,8 @@ const LATENCY_SAMPLES = numFlag('latency', 1000);
 const WARMUP = numFlag('warmup', 100);
 const POOL = numFlag('pool', 10);
 const LOCAL_QUEUE = numFlag('local-queue', 500);
+/** Also print the CPU and WAL per job of this process and of the database's server processes (same machine only). */
+const CPU = boolFlag('cpu');
 
 const version = packageVersion(import.meta.url, 'graphile-worker');
 const settings = VARIANT === 'fast' ? `localQueue.size ${LOCAL_QUEUE}, completeJobBatchDelay 0` : 'defaults';
@@ -105,12 +107,14 @@ async function throughputRun(url: string, concurrency: number): Promise<{ enqueu
     if (queued !== JOBS) throw new Error(`expected ${JOBS} queued jobs, found ${queued}`);
 
     const counters: Counters = { complete: 0, errors: 0 };
+    const cost0 = CPU ? await serverCost(pool) : null;
     const t1 = performance.now();
     const runner = await start(pool, concurrency, { noop: async () => {} }, counters);
     try {
       await until(() => counters.complete >= JOBS, 2);
       while ((await jobCount(pool)) > 0 && counters.errors === 0);
       const processMs = performance.now() - t1;
+      if (cost0) console.error(costLine(`c=${concurrency}`, cost0, await serverCost(pool), JOBS, processMs));
       if (counters.errors > 0) throw new Error(`${counters.errors} jobs failed`);
       if (counters.complete !== JOBS) throw new Error(`expected ${JOBS} completed jobs, counted ${counters.complete}`);
       return { enqueuePerSec: JOBS / (enqueueMs / 1000), processedPerSec: JOBS / (processMs / 1000) };
