@@ -16,7 +16,7 @@
  *
  * Prints a table, then one JSON line (the last line of stdout) for bench/run-pg-all.ts.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
