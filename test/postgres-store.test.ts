@@ -17,8 +17,6 @@ import { EMPTY_PROGRESS } from '../src/core/progress.js';
 import { defineTask, InvalidOptionsError, isTerminal, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../src/index.js';
 import { FsBlobStore } from '../src/blobs/fs-store.js';
 import { PostgresStore } from '../src/store/postgres/postgres-store.js';
-import { renderMigrations } from '../src/store/postgres/schema.js';
-import { uuidv7 } from '../src/core/ids.js';
 import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import type { SqlTransaction } from '../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from './fixtures/process-harness.js';
@@ -118,56 +116,6 @@ describe('PostgresStore specifics', () => {
     const store = await openStore(schema);
     try {
       assert.equal((await store.insertJob({ job: newJob() })).kind, 'created');
-    } finally {
-      await store.close();
-    }
-  });
-
-  it('migration 3 moves the jobs of a version-2 schema into the side tables: queued, due, running, expiring and finished jobs go on', async () => {
-    const schema = 'upgrade_from_2';
-    const [m1, m2] = renderMigrations(schema);
-    const ids = { queued: uuidv7(T0), pending: uuidv7(T0 + 1), running: uuidv7(T0 + 2), succeeded: uuidv7(T0 + 3), failed: uuidv7(T0 + 4), other: uuidv7(T0 + 5) };
-    await admin(async (c) => {
-      await c.query(`CREATE SCHEMA "${schema}"`);
-      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-      await c.query(m1 as string);
-      await c.query(m2 as string);
-      await c.query(`INSERT INTO "${schema}".migrations (version) VALUES (1), (2)`);
-      const row = (id: string, state: string, extra: string) =>
-        `('${id}', 'acme', 'report', '${state}', 2, 3, ${T0}, ${T0}, ${T0}, 30000, 60000, '[null,"queued",${T0},"submitted",0,null]' ${extra})`;
-      const cols = 'id, tenant, type, state, priority, max_attempts, created_at, updated_at, run_at, heartbeat_timeout_ms, result_ttl_ms, log';
-      await c.query(`INSERT INTO "${schema}".jobs (${cols}) VALUES ${row(ids.queued, 'queued', '')}, ${row(ids.pending, 'pending', '')}`);
-      await c.query(`INSERT INTO "${schema}".jobs (${cols}, lease, attempts, worker_id, started_at, heartbeat_at) VALUES ${row(ids.running, 'running', `, 1, 1, 'w-old', ${T0}, ${T0}`)}`);
-      await c.query(
-        `INSERT INTO "${schema}".jobs (${cols}, lease, attempts, started_at, finished_at, expires_at, result) VALUES
-         ${row(ids.succeeded, 'succeeded', `, 1, 1, ${T0}, ${T0 + 10}, ${T0 + 60_010}, '{"ok":true}'`)},
-         ${row(ids.failed, 'failed', `, 1, 1, ${T0}, ${T0 + 20}, NULL, NULL`)}`,
-      );
-      await c.query(`INSERT INTO "${schema}".jobs (${cols}) VALUES ('${ids.other}', 'acme', 'other', 'queued', 2, 3, ${T0}, ${T0}, ${T0}, 30000, 60000, '[null,"queued",${T0},"submitted",0,null]')`);
-    });
-    const store = await openStore(schema);
-    try {
-      assert.equal(await store.schemaVersion(), PostgresStore.latestVersion);
-      const indexes = await admin(async (c) => (await c.query(`SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'jobs' ORDER BY 1`, [schema])).rows.map((r) => r.indexname));
-      assert.deepEqual(indexes, ['jobs_idempotency', 'jobs_pkey', 'jobs_tenant']);
-      // Finished jobs are counted from the finished table; the running job is found by the sweeper.
-      const activity = await store.activity({ since: T0, durationsSince: T0, limit: 10 });
-      assert.equal(activity.finished, 2);
-      assert.deepEqual(activity.durations.map((d) => d.ms).sort(), [10, 20]);
-      const stale = await store.sweepCandidates({ kind: 'stale', now: T0 + 60_000, limit: 10 });
-      assert.deepEqual(stale.map((j) => j.id), [ids.running]);
-      const expired = await store.sweepCandidates({ kind: 'expired', now: T0 + 60_011, limit: 10 });
-      assert.deepEqual(expired.map((j) => j.id), [ids.succeeded]);
-      // The queued job is claimed; the pending one is promoted when due and claimed next.
-      const first = await store.claimJobs({ workerId: 'w-new', types: [{ type: 'report' }], limit: 10, now: T0 + 100 });
-      assert.deepEqual(first.map((j) => j.id), [ids.queued, ids.pending]);
-      assert.deepEqual(first.map((j) => j.state), ['running', 'running']);
-      const other = await store.claimJobs({ workerId: 'w-new', types: [{ type: 'other' }], limit: 10, now: T0 + 100 });
-      assert.deepEqual(other.map((j) => j.id), [ids.other]);
-      // A type limit counts the running job carried over (1 of 3 before the claims above, 3 now).
-      await store.insertJobs({ jobs: [newJob({ type: 'report' })] });
-      assert.deepEqual(await store.claimJobs({ workerId: 'w-new', types: [{ type: 'report', concurrency: 3 }], limit: 10, now: T0 + 200 }), []);
-      assert.equal((await store.claimJobs({ workerId: 'w-new', types: [{ type: 'report', concurrency: 4 }], limit: 10, now: T0 + 200 })).length, 1);
     } finally {
       await store.close();
     }

@@ -6,12 +6,7 @@
  *   function `complete_and_claim`, one round trip and one transaction whatever the batch size;
  *   `transition` is one call of `apply_transitions`; every other operation is one statement.
  *   Fixed statements are prepared once per connection (named statements).
- * - No index of `jobs` covers a column that transitions change, so claims, completions and
- *   heartbeats are HOT updates (no index entries). Which jobs are queued, due, running,
- *   expiring or finished is kept in small side tables (queue, due, running, expiring,
- *   finished; schema.ts, migration 3), written in the same statements as the job rows.
- * - Claims take queue rows with FOR UPDATE SKIP LOCKED in queue order (priority, runAt, id)
- *   and delete them.
+ * - Claims take rows with FOR UPDATE SKIP LOCKED in queue order (priority, runAt, id).
  *   Per-type `concurrency` holds exactly across all workers: claims of a limited type take a
  *   transaction-level advisory lock on the type and count its running jobs after getting it
  *   (see schema.ts). Unlimited types never wait for each other.
@@ -79,6 +74,7 @@ type Client = pg.ClientBase;
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
 const DEFAULT_POOL_SIZE = 10;
+const BACKLOG_STATES_SQL = "('pending', 'queued', 'retrying')";
 
 function decodeCursor(cursor: string): string {
   const id = Buffer.from(cursor, 'base64url').toString('utf8');
@@ -252,14 +248,12 @@ export class PostgresStore implements Store {
   private statements() {
     const s = this.s;
     const from = `FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id`;
-    // The jobs in a backlog state (pending, queued, retrying) are the rows of queue and due.
-    const backlogRows = `SELECT 1 FROM ${s}.queue UNION ALL SELECT 1 FROM ${s}.due`;
     const source = `json_to_recordset($1::json) AS x(o integer, id uuid, tenant text, type text, state text, priority smallint, input json,
       metadata json, max_attempts integer, run_at bigint, created_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
       stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text)`;
     const insert = (backlog: boolean) => `
       WITH src AS (SELECT * FROM ${source}),
-      ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (${backlogRows} LIMIT $2) b),` : ''}
+      ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
       ins AS (
         INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
           timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
@@ -270,25 +264,19 @@ export class PostgresStore implements Store {
         ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
         ORDER BY src.o
         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-        RETURNING id, state, type, priority, run_at
-      ), enqueued AS (
-        INSERT INTO ${s}.queue (id, type, priority, run_at) SELECT ins.id, ins.type, ins.priority, ins.run_at FROM ins WHERE ins.state = 'queued'
-      ), scheduled AS (
-        INSERT INTO ${s}.due (id, run_at) SELECT ins.id, ins.run_at FROM ins WHERE ins.state = 'pending'
+        RETURNING id, state
       ), wake AS (
         SELECT pg_notify('${this.channel}', '') FROM (SELECT 1 FROM ins WHERE ins.state = 'queued' LIMIT 1) one
       )
       SELECT ins.id::text, (SELECT count(*) FROM wake) FROM ins`;
-    // Running jobs are found through the running table, succeeded ones through expiring.
-    const sweep = (where: string) => `SELECT ${JOB_SELECT} FROM ${s}.running r JOIN ${s}.jobs j ON j.id = r.job_id
-      LEFT JOIN ${s}.progress p ON p.job_id = j.id WHERE ${where} LIMIT $2`;
+    const sweep = (where: string) => `SELECT ${JOB_SELECT} ${from} WHERE ${where} LIMIT $2`;
     return {
       from,
       insert: insert(false),
       insertWithBacklog: insert(true),
       byKeys: `SELECT ${JOB_SELECT}, j.request_hash ${from}
         WHERE (j.tenant, j.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
-      backlog: `SELECT count(*)::integer FROM (${backlogRows} LIMIT $1) b`,
+      backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
       cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7)`,
@@ -321,8 +309,7 @@ export class PostgresStore implements Store {
         drained: sweep("j.state = 'running' AND j.cancel_requested AND j.cancel_requested_at + $3 < $1"),
         stalled: sweep(`j.state = 'running' AND NOT j.stalled AND j.stall_timeout_ms IS NOT NULL AND j.heartbeat_at >= $1 - j.heartbeat_timeout_ms
           AND greatest(coalesce(p.updated_at, 0), j.started_at) + j.stall_timeout_ms < $1`),
-        expired: `SELECT ${JOB_SELECT} FROM ${s}.expiring e JOIN ${s}.jobs j ON j.id = e.job_id LEFT JOIN ${s}.progress p ON p.job_id = j.id
-          WHERE e.expires_at < $1 AND j.state = 'succeeded' AND j.expires_at = e.expires_at ORDER BY e.expires_at LIMIT $2`,
+        expired: sweep("j.state = 'succeeded' AND j.expires_at IS NOT NULL AND j.expires_at < $1"),
       } satisfies Record<SweepParams['kind'], string>,
       countAll: `SELECT state, count(*)::integer FROM ${s}.jobs GROUP BY state`,
       countTenant: `SELECT state, count(*)::integer FROM ${s}.jobs WHERE tenant = $1 GROUP BY state`,
@@ -580,15 +567,14 @@ export class PostgresStore implements Store {
     const [counts] = await this.rows(
       `activity_counts_${params.tenant === undefined ? 'all' : 'tenant'}`,
       `SELECT (SELECT count(*)::integer FROM ${s}.jobs WHERE id >= $1::uuid ${tenant}),
-              (SELECT count(*)::integer FROM ${s}.finished f JOIN ${s}.jobs j ON j.id = f.job_id AND j.finished_at = f.finished_at
-               WHERE f.finished_at >= $2 ${tenant})`,
+              (SELECT count(*)::integer FROM ${s}.jobs WHERE finished_at >= $2 ${tenant})`,
       [uuidv7Floor(params.since), params.since, ...extra],
     );
     const durations = await this.rows(
       `activity_durations_${params.tenant === undefined ? 'all' : 'tenant'}`,
-      `SELECT j.type, j.finished_at - j.started_at FROM ${s}.finished f JOIN ${s}.jobs j ON j.id = f.job_id AND j.finished_at = f.finished_at
-       WHERE f.finished_at >= $1 AND j.started_at IS NOT NULL AND j.state IN ('succeeded', 'failed', 'expired') ${tenant}
-       ORDER BY f.finished_at DESC LIMIT $2`,
+      `SELECT type, finished_at - started_at FROM ${s}.jobs
+       WHERE finished_at >= $1 AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired') ${tenant}
+       ORDER BY finished_at DESC LIMIT $2`,
       [params.durationsSince, params.limit, ...extra],
     );
     return {
