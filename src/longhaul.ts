@@ -284,7 +284,7 @@ export class Longhaul {
           databaseUrl: pgStore ? pgStore.options.connectionString : config.database,
           redisUrl: config.redisUrl ?? '',
           redisPrefix: config.redisPrefix,
-          ...(pgStore ? { pool: pgStore.pool, notifyChannel: `${pgStore.schema}_events` } : {}),
+          ...(pgStore ? { pool: pgStore.pool, listen: pgStore.listenConnection, notifyChannel: `${pgStore.schema}_events` } : {}),
           logger: logger.child({ component: 'channel' }),
         });
       } catch (err) {

@@ -19,7 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import pino from 'pino';
-import { defineTask, type JobSnapshot, Longhaul, type OpenOptions } from '../src/index.js';
+import { defineTask, type JobSnapshot, Longhaul, type OpenOptions, type PostgresStore } from '../src/index.js';
 import { isRelayed } from '../src/channel/bridge.js';
 import { RedisChannel } from '../src/channel/redis.js';
 import { FeedHub } from '../src/server/hub.js';
@@ -197,7 +197,7 @@ describe('LISTEN/NOTIFY between two instances on one PostgreSQL', () => {
     }
   });
 
-  it('the events connection killed: it reconnects, watches resynchronise, relaying goes on', async () => {
+  it('one LISTEN connection per process, for wake-ups and events alike; killed, it reconnects, watches resynchronise, relaying and waking go on', async () => {
     const { a, b, close } = await pair(db);
     try {
       await b.startWorker({ concurrency: 2 });
@@ -206,7 +206,12 @@ describe('LISTEN/NOTIFY between two instances on one PostgreSQL', () => {
       const job = await a.submit('wire.steps', { n: 40, ms: 75 });
       const watching = collect(a, job.id);
       await waitFor(async () => (await a.get(job.id))?.progress.itemsDone, 'progress');
-      assert.ok((await terminate(db.url, 'longhaul:events')) >= 2, 'both events connections were ended');
+      // A (events only) and B (events and the worker's wake-ups) hold one dedicated LISTEN connection each.
+      assert.deepEqual(await dedicated(db.url), { 'longhaul:listen': 2 });
+      const store = b.store as PostgresStore;
+      await waitFor(() => store.listenState.connected, "B's worker to listen for wake-ups");
+      const wake = store.listenState;
+      assert.equal(await terminate(db.url, 'longhaul:listen'), 2, 'both LISTEN connections were ended');
       const snaps = await watching;
       assert.equal(snaps.at(-1)?.status, 'succeeded');
       await waitFor(() => resyncs.length > 0, 'A to resynchronise', 15_000);
@@ -215,11 +220,29 @@ describe('LISTEN/NOTIFY between two instances on one PostgreSQL', () => {
       const nextSnaps = await collect(a, next.id);
       assert.equal(nextSnaps.at(-1)?.status, 'succeeded');
       assert.ok(distinctProgress(nextSnaps) >= 6, `A saw ${distinctProgress(nextSnaps)} progress steps after reconnecting`);
+      // B's wake-ups came back on the new connection, which is again the only one.
+      const again = store.listenState;
+      assert.ok(again.connected && again.backendPid !== wake.backendPid, "B's worker listens for wake-ups on a new connection");
+      assert.deepEqual(await dedicated(db.url), { 'longhaul:listen': 2 });
     } finally {
       await close();
     }
   });
 });
+
+/** Connections outside the pools (LISTEN, sweeper lock) in the test database, by application_name. */
+async function dedicated(url: string): Promise<Record<string, number>> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const res = await c.query(
+      "SELECT application_name AS name, count(*)::integer AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'longhaul:%' AND application_name <> 'longhaul:sweeper' GROUP BY 1 ORDER BY 1",
+    );
+    return Object.fromEntries(res.rows.map((r) => [r.name, r.n]));
+  } finally {
+    await c.end();
+  }
+}
 
 /** A TCP proxy to Redis that the test can cut (every connection dropped, new ones refused) and restore. */
 class CuttableProxy {

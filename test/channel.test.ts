@@ -20,6 +20,7 @@ import { Coalescer } from '../src/channel/coalescer.js';
 import { deliverMessage } from '../src/channel/deliver.js';
 import { createChannel } from '../src/channel/create.js';
 import { NOTIFY_MAX_BYTES, PostgresNotifyChannel, pack } from '../src/channel/postgres-notify.js';
+import { ListenConnection } from '../src/store/postgres/listen-connection.js';
 import { RedisChannel } from '../src/channel/redis.js';
 import { decode, encode, encodeWithin } from '../src/channel/wire.js';
 import type { JobRecord } from '../src/core/job.js';
@@ -668,6 +669,50 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
       await p.close();
     }
     assert.equal((await pool.query('SELECT 1 AS one')).rows[0]?.one, 1, 'closing the channel leaves a given pool open');
+  });
+
+  it('a channel on a given LISTEN connection shares it, and closing the channel leaves it open for its other channels', async () => {
+    const listen = new ListenConnection({ connectionString: db.url, application_name: 'lh-test:shared' }, undefined, { minMs: 50, maxMs: 500 });
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    try {
+      const other = channelName();
+      const heard: (string | undefined)[] = [];
+      const log: string[] = [];
+      listen.listen(other, { notification: (p) => heard.push(p), up: () => log.push('up'), down: () => log.push('down') });
+      await waitFor(() => log.includes('up'), 'the shared connection up');
+      const name = channelName();
+      let made = 0; // a (made first) opens its own listener; b is given the shared one
+      const p = await pair(() => new PostgresNotifyChannel({ connectionString: db.url, channel: name, ...(made++ === 1 ? { listen } : {}) }));
+      const b = p.b.channel as PostgresNotifyChannel;
+      const a = p.a.channel as PostgresNotifyChannel;
+      assert.equal(b.backendPid, listen.backendPid, 'b listens on the shared connection');
+      assert.notEqual(a.backendPid, listen.backendPid, 'a, given none, opened its own');
+      await admin.query('SELECT pg_notify($1, $2)', [other, 'one']);
+      await waitFor(() => heard.includes('one'), 'the other channel heard');
+      p.a.bus.emit('jobs:promoted', { count: 1 });
+      await waitFor(() => of(p.b.seen, 'jobs:promoted').length === 1, 'the relay heard on the shared connection');
+
+      // Killed: every channel on it hears down, then up on the new connection; b resynchronises.
+      const pid = listen.backendPid;
+      await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+      await waitFor(() => of(p.b.seen, 'channel:resync').length === 1, "b's resync", 10_000);
+      assert.deepEqual(log, ['up', 'down', 'up']);
+      assert.ok(listen.connected && listen.backendPid !== pid && b.backendPid === listen.backendPid, 'both on the new connection');
+      await admin.query('SELECT pg_notify($1, $2)', [other, 'two']);
+      await waitFor(() => heard.includes('two'), 'the other channel heard after the reconnect');
+
+      // Closing the channels: the shared connection stays, UNLISTENs the relay's channel and still hears the other.
+      await p.close();
+      assert.ok(listen.connected, 'closing a channel leaves a given LISTEN connection open');
+      const channels = await admin.query('SELECT count(*)::integer AS n FROM pg_stat_activity WHERE application_name = $1', ['lh-test:shared']);
+      assert.equal(channels.rows[0]?.n, 1, 'one shared connection');
+      await admin.query('SELECT pg_notify($1, $2)', [other, 'three']);
+      await waitFor(() => heard.includes('three'), 'the other channel heard after the relay left');
+    } finally {
+      await admin.end();
+      await listen.close();
+    }
   });
 });
 

@@ -4,6 +4,7 @@
  * machine on SQLite: the in-process bus plus store polling are enough).
  */
 import type pg from 'pg';
+import type { ListenConnection } from '../store/postgres/listen-connection.js';
 import type { Channel, ChannelLogger } from './channel.js';
 import { PostgresNotifyChannel } from './postgres-notify.js';
 import { RedisChannel } from './redis.js';
@@ -15,6 +16,8 @@ export interface CreateChannelOptions {
   redisUrl?: string | undefined;
   /** PostgreSQL: publish through this pool (the store's) instead of opening one. */
   pool?: pg.Pool;
+  /** PostgreSQL: LISTEN on this connection (the store's) instead of opening one. */
+  listen?: ListenConnection;
   /** PostgreSQL: the NOTIFY channel name (default `longhaul_events`). */
   notifyChannel?: string;
   /** Redis: key and channel prefix (default `longhaul:`). */
@@ -45,6 +48,7 @@ export function createChannel(options: CreateChannelOptions): Channel | null {
     return new PostgresNotifyChannel({
       connectionString: options.databaseUrl,
       ...(options.pool === undefined ? {} : { pool: options.pool }),
+      ...(options.listen === undefined ? {} : { listen: options.listen }),
       ...(options.notifyChannel === undefined ? {} : { channel: options.notifyChannel }),
       ...(options.connectionName === undefined ? {} : { applicationName: options.connectionName }),
       ...(options.logger === undefined ? {} : { logger: options.logger }),

@@ -1,10 +1,11 @@
 /**
  * A Channel over PostgreSQL LISTEN/NOTIFY: nothing to run besides the database.
  *
- * - Receiving: one dedicated connection (not from the pool) LISTENs. When it drops (server
- *   restart, pg_terminate_backend, network), it is re-opened with exponential backoff and
- *   jitter, LISTEN is issued again, and subscribers get `resync`: notifications sent while no
- *   connection listened are gone for good.
+ * - Receiving: on a dedicated LISTEN connection (listen-connection.ts): the store's, shared
+ *   with its wake-ups, when Longhaul.open creates the channel (`listen`), else one of the
+ *   channel's own. When it drops (server restart, pg_terminate_backend, network), it is
+ *   re-opened with exponential backoff and jitter, LISTEN is issued again, and subscribers get
+ *   `resync`: notifications sent while no connection listened are gone for good.
  * - Sending: publishes are queued and sent in batches: events are packed into as few
  *   notifications as fit (one event per line; JSON text never holds a raw newline), all of a
  *   batch in one statement on the pool, one statement at a time (so the order is kept). A busy
@@ -16,7 +17,7 @@
  *   a progress that does not fit travels as null and receivers read it from the store.
  */
 import pg from 'pg';
-import { reconnectDelay } from '../core/backoff.js';
+import { ListenConnection, type ListenSubscriber } from '../store/postgres/listen-connection.js';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
 import { deliverMessage } from './deliver.js';
 import { encodeWithin } from './wire.js';
@@ -32,11 +33,16 @@ export interface PostgresNotifyOptions {
   pool?: pg.Pool;
   /** The NOTIFY channel. Default `longhaul_events`. Lower-case letters, digits and _. */
   channel?: string;
-  /** application_name of the connections (the listener gets `:events` appended). Default `longhaul`. */
+  /**
+   * LISTEN on this connection (e.g. the store's `listenConnection`, so that a process holds one)
+   * instead of opening one; close() leaves it open.
+   */
+  listen?: ListenConnection;
+  /** application_name of the connections (the channel's own listener gets `:events` appended). Default `longhaul`. */
   applicationName?: string;
   /** Events waiting while the database is unreachable. Default 10 000. */
   maxQueued?: number;
-  /** Reconnect delays: doubling from minMs up to maxMs, each with jitter. Default 100 / 5000. */
+  /** Reconnect delays of the channel's own listener: doubling from minMs up to maxMs, each with jitter. Default 100 / 5000. */
   reconnect?: { minMs?: number; maxMs?: number };
   logger?: ChannelLogger;
 }
@@ -55,19 +61,18 @@ export class PostgresNotifyChannel implements Channel {
   private droppedSinceWarn = 0;
   private lastWarnAt = 0;
 
-  private client: pg.Client | null = null;
-  private started = false;
-  private connecting = false;
+  private readonly listenConnection: ListenConnection;
+  private readonly ownsListen: boolean;
+  private unlisten: (() => void) | null = null;
+  private up = false;
   private closed = false;
   /** True while notifications may have been missed (down, or never up after a failed attempt). */
   private missed = false;
-  private failures = 0;
-  private retryTimer: NodeJS.Timeout | null = null;
   private readonly firstUp: Promise<void>;
   private markUp: () => void = () => undefined;
   private failUp: (err: Error) => void = () => undefined;
 
-  constructor(private readonly options: PostgresNotifyOptions) {
+  constructor(options: PostgresNotifyOptions) {
     this.channel = options.channel ?? 'longhaul_events';
     if (!CHANNEL_NAME.test(this.channel)) throw new Error(`invalid NOTIFY channel name "${this.channel}": use lower-case letters, digits and _ (at most 63)`);
     this.maxQueued = options.maxQueued ?? 10_000;
@@ -94,16 +99,24 @@ export class PostgresNotifyChannel implements Channel {
       this.failUp = reject;
     });
     this.firstUp.catch(() => undefined);
+    this.ownsListen = options.listen === undefined;
+    this.listenConnection =
+      options.listen ??
+      new ListenConnection(
+        { connectionString: options.connectionString, application_name: `${options.applicationName ?? 'longhaul'}:events`, keepAlive: true },
+        this.logger,
+        options.reconnect,
+      );
   }
 
-  /** Whether the listening connection is up (tests, health checks). */
+  /** Whether the channel is being listened to (tests, health checks). */
   get listening(): boolean {
-    return this.client !== null;
+    return this.up && this.listenConnection.connected;
   }
 
   /** The backend pid of the listening connection, or null (tests). */
   get backendPid(): number | null {
-    return (this.client as unknown as { processID?: number } | null)?.processID ?? null;
+    return this.listening ? this.listenConnection.backendPid : null;
   }
 
   publish(envelope: Envelope): void {
@@ -141,18 +154,12 @@ export class PostgresNotifyChannel implements Channel {
     if (this.closed) return;
     this.closed = true;
     this.failUp(new Error('the events channel was closed before it connected'));
-    if (this.retryTimer) clearTimeout(this.retryTimer);
-    this.retryTimer = null;
+    this.unlisten?.();
+    this.up = false;
     // What was published before close still goes out.
     this.pump();
     while (this.sending) await this.sending;
-    const c = this.client;
-    this.client = null;
-    if (c) {
-      c.removeAllListeners('end');
-      c.removeAllListeners('notification');
-      await c.end().catch(() => undefined);
-    }
+    if (this.ownsListen) await this.listenConnection.close();
     if (this.ownsPool) await this.pool.end().catch(() => undefined);
   }
 
@@ -196,9 +203,31 @@ export class PostgresNotifyChannel implements Channel {
   // ---- receiving --------------------------------------------------------------------------
 
   private start(): void {
-    if (this.started || this.closed) return;
-    this.started = true;
-    void this.connect();
+    if (this.unlisten || this.closed) return;
+    try {
+      this.unlisten = this.listenConnection.listen(this.channel, this.subscriber());
+    } catch (err) {
+      // A shared connection closed under the channel (its store closed first): nothing to hear.
+      this.logger?.warn({ err }, 'cannot LISTEN for job events');
+    }
+  }
+
+  private subscriber(): ListenSubscriber {
+    return {
+      notification: (payload) => this.deliver(payload),
+      up: () => {
+        this.up = true;
+        this.markUp();
+        if (this.missed) {
+          this.missed = false;
+          this.resync();
+        }
+      },
+      down: () => {
+        this.up = false;
+        this.missed = true;
+      },
+    };
   }
 
   private deliver(payload: string | undefined): void {
@@ -226,68 +255,6 @@ export class PostgresNotifyChannel implements Channel {
         this.logger?.warn({ err }, 'a resync listener threw');
       }
     }
-  }
-
-  private async connect(): Promise<void> {
-    if (this.closed || this.connecting || this.client) return;
-    this.connecting = true;
-    const client = new pg.Client({
-      connectionString: this.options.connectionString,
-      application_name: `${this.options.applicationName ?? 'longhaul'}:events`,
-      keepAlive: true,
-    });
-    let live = false;
-    const lost = (err?: Error) => {
-      if (!live || this.closed) return;
-      live = false;
-      if (this.client === client) this.client = null;
-      client.removeAllListeners('notification');
-      this.missed = true;
-      this.logger?.warn({ err }, 'PostgreSQL events connection lost; reconnecting');
-      client.end().catch(() => undefined);
-      this.scheduleReconnect();
-    };
-    // Without an 'error' listener a dropped connection would crash the process.
-    client.on('error', (err) => lost(err));
-    client.on('end', () => lost());
-    client.on('notification', (msg) => {
-      if (msg.channel === this.channel) this.deliver(msg.payload);
-    });
-    try {
-      await client.connect();
-      await client.query(`LISTEN "${this.channel}"`);
-      if (this.closed) {
-        await client.end().catch(() => undefined);
-        return;
-      }
-      live = true;
-      this.client = client;
-      this.failures = 0;
-      this.markUp();
-      if (this.missed) {
-        this.missed = false;
-        this.resync();
-      }
-    } catch (err) {
-      this.missed = true;
-      this.logger?.warn({ err }, 'PostgreSQL events connection failed; retrying');
-      client.removeAllListeners('notification');
-      client.end().catch(() => undefined);
-      this.scheduleReconnect();
-    } finally {
-      this.connecting = false;
-    }
-  }
-
-  private scheduleReconnect(): void {
-    if (this.closed || this.retryTimer) return;
-    this.failures++;
-    const delay = reconnectDelay(this.failures, this.options.reconnect?.minMs ?? 100, this.options.reconnect?.maxMs ?? 5000);
-    this.retryTimer = setTimeout(() => {
-      this.retryTimer = null;
-      void this.connect();
-    }, delay);
-    this.retryTimer.unref?.();
   }
 }
 

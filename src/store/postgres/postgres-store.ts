@@ -14,7 +14,8 @@
  *   its log row in the same statement. Progress lives in its own (UNLOGGED) table: saving
  *   progress never writes a new version of the job row.
  * - Change signal: writers NOTIFY `<schema>_wake` when jobs may have become claimable;
- *   `pollChanges()` reads a dedicated LISTEN connection (see wake-listener.ts).
+ *   `pollChanges()` reads the wake-up channel on the process's LISTEN connection (see
+ *   wake-listener.ts and listen-connection.ts).
  * - The sweeper is elected with a session advisory lock (`tryAcquireSweeperLock`).
  * - Connection loss: errors of idle pooled clients are logged, never thrown; a query that
  *   fails because the server went away rejects, and the next one opens a new connection.
@@ -50,7 +51,8 @@ import {
 import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
-import { type ListenerLogger, WakeListener } from './wake-listener.js';
+import { ListenConnection, type ListenLogger } from './listen-connection.js';
+import { WakeListener } from './wake-listener.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database` (or `postgresql://`). */
@@ -59,13 +61,14 @@ export interface PostgresStoreOptions {
    * Connections in the query pool. Default 10: a process's worker loop, heartbeats, cancel
    * polling, progress and checkpoint writes and API reads each hold one only for a statement.
    * The store opens up to two more, outside the pool: the LISTEN connection (on the first
-   * pollChanges) and the sweeper-lock connection (on the first tryAcquireSweeperLock).
+   * pollChanges, or when the NOTIFY event relay that Longhaul.open puts on it subscribes) and
+   * the sweeper-lock connection (on the first tryAcquireSweeperLock).
    */
   poolSize?: number;
   /** Schema that holds Longhaul's tables. Default `longhaul`. */
   schema?: string;
   /** Where connection problems are reported (pino-compatible). */
-  logger?: ListenerLogger;
+  logger?: ListenLogger;
   /** Name the connections carry in pg_stat_activity. Default `longhaul`. */
   applicationName?: string;
 }
@@ -214,6 +217,11 @@ export class PostgresStore implements Store {
   /** The LISTEN/NOTIFY channel of wake-ups. */
   readonly channel: string;
   private readonly s: string;
+  /**
+   * The process's one LISTEN connection, opened on first use: the store's wake-ups, and the
+   * NOTIFY event relay when Longhaul.open creates it (see PostgresNotifyChannel's `listen`).
+   */
+  readonly listenConnection: ListenConnection;
   private readonly listener: WakeListener;
   private readonly sweeperLock: SessionLock;
   private closing: Promise<void> | null = null;
@@ -239,7 +247,8 @@ export class PostgresStore implements Store {
     // dies at the wrong moment (server restart) would crash the process with an unhandled
     // 'error' event. The statement in flight rejects anyway and the pool drops broken clients.
     this.pool.on('connect', (client) => client.on('error', () => undefined));
-    this.listener = new WakeListener({ ...base, application_name: `${base.application_name}:listen` }, this.channel, options.logger);
+    this.listenConnection = new ListenConnection({ ...base, application_name: `${base.application_name}:listen` }, options.logger);
+    this.listener = new WakeListener(this.listenConnection, this.channel);
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
   }
@@ -387,7 +396,8 @@ export class PostgresStore implements Store {
 
   async close(): Promise<void> {
     this.closing ??= (async () => {
-      await Promise.all([this.listener.close(), this.sweeperLock.close()]);
+      this.listener.close();
+      await Promise.all([this.listenConnection.close(), this.sweeperLock.close()]);
       await this.pool.end();
     })();
     return this.closing;
@@ -694,7 +704,7 @@ export class PostgresStore implements Store {
     return this.listener.take();
   }
 
-  /** The LISTEN connection's state (tests, health checks). */
+  /** Whether the wake-up channel is listened to, and on which backend (tests, health checks). */
   get listenState(): { connected: boolean; backendPid: number | null } {
     return { connected: this.listener.connected, backendPid: this.listener.backendPid };
   }

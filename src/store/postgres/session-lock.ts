@@ -8,7 +8,7 @@
  * session ends only when the server notices the connection is dead (TCP keepalive).
  */
 import pg from 'pg';
-import type { ListenerLogger } from './wake-listener.js';
+import type { ListenLogger } from './listen-connection.js';
 
 export class SessionLock {
   private client: pg.Client | null = null;
@@ -19,7 +19,7 @@ export class SessionLock {
     private readonly config: pg.ClientConfig,
     /** The lock's name; hashed by the server into the advisory lock key. */
     private readonly name: string,
-    private readonly logger: ListenerLogger | undefined,
+    private readonly logger: ListenLogger | undefined,
   ) {}
 
   /** True while this process holds the lock; otherwise tries once to take it. */

@@ -1,0 +1,184 @@
+/**
+ * One dedicated PostgreSQL connection (not from the pool) that LISTENs on any number of
+ * channels for a process. The store's wake-ups and the NOTIFY event relay share it, so a
+ * process holds one LISTEN connection, not one per use.
+ *
+ * It opens on the first `listen()` that asks for it (`start`), and when it drops (server
+ * restart, pg_terminate_backend, network) every subscriber hears `down`; it is re-opened with
+ * exponential backoff and jitter, LISTEN is issued again for every channel, and every
+ * subscriber hears `up`. Notifications sent while no connection listened are gone for good:
+ * subscribers resynchronise on `up` after a `down`.
+ */
+import pg from 'pg';
+import { reconnectDelay } from '../../core/backoff.js';
+
+export interface ListenLogger {
+  warn(obj: object, msg?: string): void;
+}
+
+export interface ListenSubscriber {
+  /** A notification on the subscribed channel. */
+  notification(payload: string | undefined): void;
+  /** The connection listens on the channel: at subscription when already up, and after each (re)connect. */
+  up(): void;
+  /** The connection was lost, or an attempt to open it failed: notifications may have been missed. */
+  down(): void;
+}
+
+const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+export class ListenConnection {
+  private client: pg.Client | null = null;
+  private readonly subscribers = new Map<string, Set<ListenSubscriber>>();
+  private connecting = false;
+  private closed = false;
+  private failures = 0;
+  private retryTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly config: pg.ClientConfig,
+    private readonly logger: ListenLogger | undefined,
+    private readonly reconnect: { minMs?: number; maxMs?: number } = {},
+  ) {}
+
+  /** Whether the connection is up (tests, health checks). */
+  get connected(): boolean {
+    return this.client !== null;
+  }
+
+  /** The backend pid of the connection, or null (tests). */
+  get backendPid(): number | null {
+    return (this.client as unknown as { processID?: number } | null)?.processID ?? null;
+  }
+
+  /**
+   * Delivers `channel`'s notifications to `subscriber`, opening the connection if needed.
+   * Returns the unsubscribe; the last subscriber of a channel leaving UNLISTENs it.
+   */
+  listen(channel: string, subscriber: ListenSubscriber): () => void {
+    if (!CHANNEL_NAME.test(channel)) throw new Error(`invalid LISTEN channel name "${channel}": use lower-case letters, digits and _ (at most 63)`);
+    if (this.closed) throw new Error('the listen connection is closed');
+    let set = this.subscribers.get(channel);
+    const fresh = set === undefined;
+    if (!set) {
+      set = new Set();
+      this.subscribers.set(channel, set);
+    }
+    set.add(subscriber);
+    const client = this.client;
+    if (client && fresh) {
+      // Subscribers of a channel the connection does not listen on yet hear `up` once it does;
+      // a failure here drops the connection, and the reconnect listens on every channel.
+      client.query(`LISTEN "${channel}"`).then(
+        () => {
+          if (this.client === client && set.has(subscriber)) subscriber.up();
+        },
+        (err: Error) => this.lost(client, err),
+      );
+    } else if (client) {
+      queueMicrotask(() => {
+        if (this.client === client && set.has(subscriber)) subscriber.up();
+      });
+    } else if (!this.retryTimer) {
+      void this.connect();
+    }
+    return () => {
+      if (!set.delete(subscriber) || set.size > 0 || this.subscribers.get(channel) !== set) return;
+      this.subscribers.delete(channel);
+      this.client?.query(`UNLISTEN "${channel}"`).catch(() => undefined);
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    const c = this.client;
+    this.client = null;
+    if (c) {
+      c.removeAllListeners('end');
+      c.removeAllListeners('notification');
+      await c.end().catch(() => undefined);
+    }
+  }
+
+  private each(fn: (s: ListenSubscriber) => void): void {
+    for (const set of [...this.subscribers.values()]) {
+      for (const s of [...set]) {
+        try {
+          fn(s);
+        } catch (err) {
+          this.logger?.warn({ err }, 'a LISTEN subscriber threw');
+        }
+      }
+    }
+  }
+
+  private lost(client: pg.Client, err?: Error): void {
+    if (this.client !== client || this.closed) return;
+    this.client = null;
+    client.removeAllListeners('notification');
+    this.logger?.warn({ err }, 'PostgreSQL listen connection lost; reconnecting');
+    client.end().catch(() => undefined);
+    this.each((s) => s.down());
+    this.scheduleReconnect();
+  }
+
+  private async connect(): Promise<void> {
+    if (this.closed || this.connecting || this.client) return;
+    this.connecting = true;
+    const client = new pg.Client(this.config);
+    // Without an 'error' listener a dropped connection would crash the process.
+    client.on('error', (err) => this.lost(client, err));
+    client.on('end', () => this.lost(client));
+    client.on('notification', (msg) => {
+      const set = this.subscribers.get(msg.channel);
+      if (!set) return;
+      for (const s of [...set]) {
+        try {
+          s.notification(msg.payload);
+        } catch (err) {
+          this.logger?.warn({ err }, 'a LISTEN subscriber threw');
+        }
+      }
+    });
+    try {
+      await client.connect();
+      const channels = [...this.subscribers.keys()];
+      if (channels.length > 0) await client.query(channels.map((c) => `LISTEN "${c}"`).join('; '));
+      if (this.closed) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      this.client = client;
+      this.failures = 0;
+      // A channel first subscribed while LISTEN was in flight is not among `channels`.
+      const late = [...this.subscribers.keys()].filter((c) => !channels.includes(c));
+      if (late.length > 0) await client.query(late.map((c) => `LISTEN "${c}"`).join('; '));
+      if (this.client === client) this.each((s) => s.up());
+    } catch (err) {
+      if (this.client === client) {
+        this.lost(client, err as Error);
+        return;
+      }
+      this.logger?.warn({ err }, 'PostgreSQL listen connection failed; retrying');
+      client.removeAllListeners('notification');
+      client.end().catch(() => undefined);
+      this.each((s) => s.down());
+      this.scheduleReconnect();
+    } finally {
+      this.connecting = false;
+    }
+  }
+
+  private scheduleReconnect(): void {
+    if (this.closed || this.retryTimer) return;
+    this.failures++;
+    const delay = reconnectDelay(this.failures, this.reconnect.minMs ?? 100, this.reconnect.maxMs ?? 5000);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      void this.connect();
+    }, delay);
+    this.retryTimer.unref?.();
+  }
+}
