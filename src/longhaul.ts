@@ -733,6 +733,10 @@ export class Longhaul {
       this.bus.on('channel:resync', poke),
       this.bus.on('job:progress', (e) => {
         if (e.id !== id || !last || last.status !== 'running') return;
+        // Progress can reach the bus by more than one route (a relayed copy arriving after a
+        // newer one, two channels): one older than the newest seen is never applied.
+        const newest = (pushed ?? last).progress.updatedAt;
+        if (newest && e.progress.updatedAt && e.progress.updatedAt < newest) return;
         pushed = { ...last, progress: e.progress };
         wake?.();
       }),

@@ -184,6 +184,57 @@ describe('worker runtime, in process', () => {
     });
   });
 
+  it('watch(): a progress older than the newest seen is never applied, whatever order the bus delivers them in', async () => {
+    const gate = deferred();
+    const held = defineTask({
+      type: 'ip.held',
+      async run() {
+        await gate.promise;
+        return 'ok';
+      },
+    });
+    await withLonghaul([held], {}, async (lh) => {
+      const job = await lh.submit('ip.held', {});
+      await lh.startWorker({ concurrency: 1 });
+      const seen: JobSnapshot[] = [];
+      const guard = AbortSignal.timeout(5000);
+      const progress = (percent: number, at: number) => ({
+        percent,
+        stage: null,
+        itemsDone: null,
+        itemsTotal: null,
+        message: null,
+        eta: null,
+        updatedAt: new Date(at).toISOString(),
+      });
+      const t0 = Date.now() + 60_000; // later than anything the store holds
+      // As two routes would deliver them: 20 %, 40 %, then a late copy of 20 %, then 60 %,
+      // each while the watcher waits for the next change.
+      const emitAll = async () => {
+        for (const [percent, at] of [
+          [20, t0],
+          [40, t0 + 100],
+          [20, t0],
+          [60, t0 + 200],
+        ] as const) {
+          lh.bus.emit('job:progress', { id: job.id, tenant: 'default', progress: progress(percent, at) });
+          await sleep(30);
+        }
+        gate.resolve();
+      };
+      let emitting: Promise<void> | null = null;
+      for await (const s of lh.watch(job.id, { signal: guard, pollMs: 5000 })) {
+        seen.push(s);
+        if (s.status === 'running' && !emitting) emitting = emitAll();
+      }
+      await emitting;
+      assert.equal(guard.aborted, false);
+      const percents = seen.filter((s) => s.status === 'running' && s.progress.percent !== null).map((s) => s.progress.percent);
+      assert.deepEqual(percents, [20, 40, 60]);
+      assert.equal(seen.at(-1)?.status, 'succeeded');
+    });
+  });
+
   it('a cancel from the same process reaches the handler through the bus at once', async () => {
     const started = deferred();
     const wait = defineTask({
