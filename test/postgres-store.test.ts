@@ -328,6 +328,16 @@ describe('PostgresStore specifics', () => {
     }
   });
 
+  it('pollChanges after close answers without opening a connection (a worker loop may tick once more)', async () => {
+    const late = new PostgresStore({ connectionString: db.url, applicationName: 'lh-poll-late' });
+    await late.close();
+    assert.equal(await late.pollChanges(), true);
+    assert.equal(await late.pollChanges(), false);
+    await sleep(100);
+    const open = await admin((c) => c.query("SELECT count(*)::integer AS n FROM pg_stat_activity WHERE application_name LIKE 'lh-poll-late%'"));
+    assert.equal(open.rows[0]?.n, 0);
+  });
+
   it('sweeper election: one holder at a time; the lock moves on when the holder closes or its session dies', async () => {
     const a = await openStore();
     const b = new PostgresStore({ connectionString: db.url, schema: a.schema, applicationName: 'lh-election-b' });

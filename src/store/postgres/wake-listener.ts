@@ -53,8 +53,10 @@ export class WakeListener {
     return v;
   }
 
+  /** Stops listening; take() never subscribes again (the connection may be closed next). */
   close(): void {
     this.unlisten?.();
+    this.unlisten = () => undefined;
     this.listening = false;
   }
 }
