@@ -17,14 +17,13 @@
  *   a progress that does not fit travels as null and receivers read it from the store.
  */
 import pg from 'pg';
-import { ListenConnection, type ListenSubscriber } from '../store/postgres/listen-connection.js';
+import { CHANNEL_NAME, ListenConnection, type ListenSubscriber } from '../store/postgres/listen-connection.js';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
 import { deliverMessage } from './deliver.js';
 import { encodeWithin } from './wire.js';
 
 /** PostgreSQL refuses payloads of 8000 bytes or more; keep a margin. */
 export const NOTIFY_MAX_BYTES = 7900;
-const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 const BATCH = 256;
 
 export interface PostgresNotifyOptions {

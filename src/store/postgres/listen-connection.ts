@@ -25,7 +25,8 @@ export interface ListenSubscriber {
   down(): void;
 }
 
-const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+/** A channel name we are willing to quote into LISTEN / UNLISTEN. */
+export const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 export class ListenConnection {
   private client: pg.Client | null = null;
