@@ -253,6 +253,17 @@ describe('wire codec', () => {
     };
     const cut = decode(encodeWithin(reason, NOTIFY_MAX_BYTES) ?? '');
     assert.ok(cut?.event === 'job:changed' && cut.data.reason.length <= 201 && cut.data.reason.startsWith('rrr'));
+    // Every event with a reason is cut the same way; its ids stay whole.
+    const many: Envelope = {
+      origin: 'o',
+      event: 'jobs:changed',
+      data: { ids: ['j1', 'j2'], tenant: 't', type: 'x', from: 'running', to: 'failed', reason: 'r'.repeat(9000) },
+    };
+    const manyCut = decode(encodeWithin(many, NOTIFY_MAX_BYTES) ?? '');
+    assert.ok(manyCut?.event === 'jobs:changed' && manyCut.data.reason.length <= 201 && manyCut.data.ids.join() === 'j1,j2');
+    const cancel: Envelope = { origin: 'o', event: 'job:cancel-requested', data: { id: 'j', reason: 'r'.repeat(9000) } };
+    const cancelCut = decode(encodeWithin(cancel, NOTIFY_MAX_BYTES) ?? '');
+    assert.ok(cancelCut?.event === 'job:cancel-requested' && cancelCut.data.reason.length <= 201 && cancelCut.data.id === 'j');
     const hopeless: Envelope = {
       origin: 'o',
       event: 'job:changed',

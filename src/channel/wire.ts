@@ -32,12 +32,8 @@ export function encodeWithin(envelope: Envelope, maxBytes: number): string | nul
   let slim: Envelope | null = null;
   if (envelope.event === 'job:progress' && envelope.data.progress !== null) {
     slim = { ...envelope, data: { ...envelope.data, progress: null } };
-  } else if (envelope.event === 'job:changed' && envelope.data.reason.length > REASON_CUT) {
-    slim = { ...envelope, data: { ...envelope.data, reason: `${envelope.data.reason.slice(0, REASON_CUT)}…` } };
-  } else if (envelope.event === 'jobs:changed' && envelope.data.reason.length > REASON_CUT) {
-    slim = { ...envelope, data: { ...envelope.data, reason: `${envelope.data.reason.slice(0, REASON_CUT)}…` } };
-  } else if (envelope.event === 'job:cancel-requested' && envelope.data.reason.length > REASON_CUT) {
-    slim = { ...envelope, data: { ...envelope.data, reason: `${envelope.data.reason.slice(0, REASON_CUT)}…` } };
+  } else if ('reason' in envelope.data && envelope.data.reason.length > REASON_CUT) {
+    slim = { ...envelope, data: { ...envelope.data, reason: `${envelope.data.reason.slice(0, REASON_CUT)}…` } } as Envelope;
   }
   if (!slim) return null;
   text = encode(slim);
