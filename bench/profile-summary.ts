@@ -103,7 +103,7 @@ for (const [id, us] of selfUs) {
   }
 }
 
-// Native leaves (better-sqlite3's run/get/all, JSON.parse, ...) by their JS caller.
+// Native leaves (node:sqlite's run/get/all, JSON.parse, ...) by their JS caller.
 const nativeByCaller = new Map<string, number>();
 for (const [id, us] of selfUs) {
   const node = byId.get(id) as ProfileNode;

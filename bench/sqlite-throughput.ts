@@ -8,6 +8,8 @@
  *   (a) bulk-enqueue `jobs` no-op jobs with submitMany in chunks of `chunk` (enqueue jobs/s);
  *   (b) start one worker at that concurrency and time it until worker.stats.succeeded reaches
  *       `jobs` (processed jobs/s), then check with countByState that all of them succeeded.
+ * Both phases also report the process's CPU time per job (user + system, every thread): on a
+ * shared machine it moves far less with other load than jobs/s does.
  * Then, on another fresh file, end-to-end latency with an idle worker: one job at a time,
  * submit-call start → handler start (performance.now() in this process), after a warm-up.
  *
@@ -59,27 +61,50 @@ function chunks(): { type: string; input: { n: number } }[][] {
   return out;
 }
 
-async function throughputRun(concurrency: number, run: number): Promise<{ enqueuePerSec: number; processedPerSec: number }> {
+/** CPU time of this process (all threads) since `from`, µs. */
+function cpuSince(from: NodeJS.CpuUsage): number {
+  const d = process.cpuUsage(from);
+  return d.user + d.system;
+}
+
+async function throughputRun(
+  concurrency: number,
+  run: number,
+): Promise<{ enqueuePerSec: number; processedPerSec: number; enqueueCpuUs: number; processedCpuUs: number }> {
   const lh = await Longhaul.open({ database: join(dir, `c${concurrency}-run${run}.db`), tasks: [noop], logger });
   try {
     const batches = chunks();
+    let cpu0 = process.cpuUsage();
+    let enqueueCpuUs = 0;
+    let processedCpuUs = 0;
     const enqueueMs = await profiled(PROFILE && `${PROFILE}-enqueue-c${concurrency}-run${run}.cpuprofile`, PROFILE_INTERVAL_US, async () => {
+      cpu0 = process.cpuUsage();
       const t0 = performance.now();
       for (const b of batches) await lh.submitMany(b);
-      return performance.now() - t0;
+      const ms = performance.now() - t0;
+      enqueueCpuUs = cpuSince(cpu0);
+      return ms;
     });
     const before = await lh.store.countByState({});
     if (before.queued !== JOBS) throw new Error(`expected ${JOBS} queued jobs, found ${before.queued}`);
 
     const processMs = await profiled(PROFILE && `${PROFILE}-c${concurrency}-run${run}.cpuprofile`, PROFILE_INTERVAL_US, async () => {
+      cpu0 = process.cpuUsage();
       const t1 = performance.now();
       const worker = await lh.startWorker({ concurrency, sweeper: SWEEPER });
       await until(() => worker.stats.succeeded >= JOBS, 2);
-      return performance.now() - t1;
+      const ms = performance.now() - t1;
+      processedCpuUs = cpuSince(cpu0);
+      return ms;
     });
     const after = await lh.store.countByState({});
     if (after.succeeded !== JOBS) throw new Error(`expected ${JOBS} succeeded jobs, found ${JSON.stringify(after)}`);
-    return { enqueuePerSec: JOBS / (enqueueMs / 1000), processedPerSec: JOBS / (processMs / 1000) };
+    return {
+      enqueuePerSec: JOBS / (enqueueMs / 1000),
+      processedPerSec: JOBS / (processMs / 1000),
+      enqueueCpuUs: enqueueCpuUs / JOBS,
+      processedCpuUs: processedCpuUs / JOBS,
+    };
   } finally {
     await lh.close();
   }
@@ -102,19 +127,24 @@ function libRevision(dir: string): string {
   return ` (commit ${readFileSync(file, 'utf8').trim().slice(0, 12)}, built by bench/snapshot.sh)`;
 }
 
-function versions(): { betterSqlite3: string; sqlite: string } {
-  const require = createRequire(import.meta.url);
-  const betterSqlite3 = (require('better-sqlite3/package.json') as { version: string }).version;
+/** Which SQLite binding the library under test opens, and the SQLite it carries. */
+function versions(): { binding: string; sqlite: string } {
   const store = new SqliteStore({ path: ':memory:' });
-  const sqlite = store.db.prepare('SELECT sqlite_version()').pluck().get() as string;
-  store.db.close();
-  return { betterSqlite3, sqlite };
+  const db = store.db as unknown as { prepare(sql: string): { get(): unknown } };
+  const sqlite = (db.prepare('SELECT sqlite_version() AS v').get() as { v: string }).v;
+  // A library built before the move to node:sqlite still opens better-sqlite3 (its `db` has `pragma`).
+  const binding =
+    'pragma' in store.db
+      ? `better-sqlite3 ${(createRequire(pathToFileURL(resolve(LIB ?? 'src', 'index.js')).href)('better-sqlite3/package.json') as { version: string }).version}`
+      : 'node:sqlite';
+  (store.db as unknown as { close(): void }).close();
+  return { binding, sqlite };
 }
 
 try {
   notes.push(loadNote('at start', process.env.BENCH_RUN_ALL !== '1'));
   const v = versions();
-  notes.push(`Node ${process.version}, better-sqlite3 ${v.betterSqlite3}, SQLite ${v.sqlite}, WAL + synchronous=NORMAL, sweeper ${SWEEPER ? 'on' : 'off'}`);
+  notes.push(`Node ${process.version}, ${v.binding}, SQLite ${v.sqlite}, WAL + synchronous=NORMAL, sweeper ${SWEEPER ? 'on' : 'off'}`);
   notes.push(
     LIB === undefined
       ? `library: src/ via tsx; ${gitState(['src'])}`
@@ -123,17 +153,20 @@ try {
   notes.push(`fresh DB file per run and concurrency in ${tmpdir()}; enqueue = submitMany in chunks of ${CHUNK}`);
   const enqueue: number[] = [];
   const processed: Record<string, number[]> = Object.fromEntries(CONCURRENCY.map((c) => [String(c), [] as number[]]));
+  const cpu: Record<string, number[]> = { enqueue: [], ...Object.fromEntries(CONCURRENCY.map((c) => [`c${c}`, [] as number[]])) };
   for (let run = 1; run <= RUNS; run++) {
     for (const c of CONCURRENCY) {
       const r = await throughputRun(c, run);
       enqueue.push(r.enqueuePerSec);
       processed[String(c)]?.push(r.processedPerSec);
+      cpu.enqueue?.push(r.enqueueCpuUs);
+      cpu[`c${c}`]?.push(r.processedCpuUs);
       console.error(`run ${run} c=${c}: enqueue ${Math.round(r.enqueuePerSec)}/s, processed ${Math.round(r.processedPerSec)}/s`);
     }
   }
   const lat = LATENCY_SAMPLES > 0 ? summarise(await latency()) : summarise([]);
   notes.push(loadNote('at end', false));
-  reportResult({ system: 'Longhaul (SQLite)', jobs: JOBS, runs: RUNS, enqueue: enqueue, processed: processed, latencyMs: lat, notes });
+  reportResult({ system: 'Longhaul (SQLite)', jobs: JOBS, runs: RUNS, enqueue: enqueue, processed: processed, latencyMs: lat, cpuUsPerJob: cpu, notes });
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -24,7 +24,7 @@ const LIB = strFlag('lib');
 const lib: Lib = LIB === undefined ? await import('../src/index.js') : ((await import(pathToFileURL(resolve(LIB, 'index.js')).href)) as Lib);
 
 interface StoreInternals {
-  db: import('better-sqlite3').Database;
+  db: import('node:sqlite').DatabaseSync;
   claimSync(params: ClaimParams): JobRecord[];
   transitionSync(p: TransitionParams): boolean;
 }
@@ -37,9 +37,9 @@ const noop = lib.defineTask({ type: 'bench.noop', run: () => null });
 const lh = await lib.Longhaul.open({ database: MEMORY ? ':memory:' : join(dir, 'split.db'), tasks: [noop], logger: pino({ level: 'silent' }) });
 try {
   const store = lh.store as unknown as StoreInternals;
-  if (boolFlag('no-autocheckpoint')) store.db.pragma('wal_autocheckpoint = 0');
+  if (boolFlag('no-autocheckpoint')) store.db.exec('PRAGMA wal_autocheckpoint = 0');
   const cacheKiB = numFlag('cache-size', 0);
-  if (cacheKiB > 0) store.db.pragma(`cache_size = -${cacheKiB}`);
+  if (cacheKiB > 0) store.db.exec(`PRAGMA cache_size = -${cacheKiB}`);
   for (let i = 0; i < JOBS; i += 1000) {
     await lh.submitMany(Array.from({ length: Math.min(1000, JOBS - i) }, (_, j) => ({ type: 'bench.noop', input: { n: i + j } })));
   }

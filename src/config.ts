@@ -1,6 +1,7 @@
 /**
  * Configuration: explicit options win, then `LONGHAUL_*` environment variables, then the
- * defaults pinned in DESIGN §7. Invalid values are refused with a message naming the variable.
+ * defaults pinned in DESIGN §7. Invalid values are refused with a message naming the setting
+ * that was given (the option or the variable), and so are settings that contradict each other.
  */
 
 export interface LonghaulConfig {
@@ -58,7 +59,50 @@ function redisUrl(raw: string | undefined): string | undefined {
   return raw.trim();
 }
 
+/** The levels pino knows, plus `silent`. */
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** A log level from the environment (`LONGHAUL_LOG_LEVEL`, `LONGHAUL_HTTP_LOG_LEVEL`), refused by name when unknown. */
+export function logLevelFromEnv(name: string, fallback: LogLevel, env: Env = process.env): LogLevel {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const level = raw.trim().toLowerCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new Error(`${name} must be one of ${LOG_LEVELS.join(', ')} (got "${raw}")`);
+  return level as LogLevel;
+}
+
+/**
+ * A worker writes a running job's heartbeat every interval (checked up to a second late), and
+ * the sweeper takes the job away once its heartbeat is older than the timeout: a timeout under
+ * twice the interval reaps healthy jobs whenever one heartbeat is a little late.
+ * `names` say where each value came from, for the message.
+ */
+export function checkHeartbeat(intervalMs: number, timeoutMs: number, names = { interval: 'heartbeatIntervalMs', timeout: 'heartbeatTimeoutMs' }): void {
+  if (timeoutMs < 2 * intervalMs) {
+    throw new Error(
+      `${names.timeout} must be at least twice ${names.interval}: ` +
+        `${timeoutMs} ms < 2 × ${intervalMs} ms, and a running job whose heartbeat is older than the timeout is taken for crashed`,
+    );
+  }
+}
+
+/** Which setting a value came from, for messages: the option when given, else the variable (set, or left at its default). */
+function origin(options: Partial<LonghaulConfig>, key: keyof LonghaulConfig, variable: string, env: Env): string {
+  if (options[key] !== undefined) return key;
+  return env[variable] !== undefined && env[variable]?.trim() !== '' ? variable : `${variable} (unset: the default)`;
+}
+
 export function resolveConfig(options: Partial<LonghaulConfig>, env: Env = process.env): LonghaulConfig {
+  const config = readConfig(options, env);
+  checkHeartbeat(config.heartbeatIntervalMs, config.heartbeatTimeoutMs, {
+    interval: origin(options, 'heartbeatIntervalMs', 'LONGHAUL_HEARTBEAT_INTERVAL_MS', env),
+    timeout: origin(options, 'heartbeatTimeoutMs', 'LONGHAUL_HEARTBEAT_TIMEOUT_MS', env),
+  });
+  return config;
+}
+
+function readConfig(options: Partial<LonghaulConfig>, env: Env): LonghaulConfig {
   const stallEnv = intFromEnv(env, 'LONGHAUL_STALL_TIMEOUT_MS', 0);
   return {
     database: options.database ?? env.LONGHAUL_DATABASE_URL ?? DEFAULTS.database,

@@ -18,6 +18,7 @@ export {
   QueueFullError,
   RetryableError,
   UnknownTaskError,
+  UnstorableValueError,
 } from './core/errors.js';
 export { uuidv7 } from './core/ids.js';
 export type { JobSnapshot, Priority, ResultFileLink } from './core/job.js';
@@ -26,7 +27,7 @@ export { canTransition, isTerminal, JOB_STATES, type JobState, TERMINAL_STATES }
 export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WebhookDelivery, type WorkerHandle } from './longhaul.js';
 export { PostgresStore } from './store/postgres/postgres-store.js';
 export { SqliteStore } from './store/sqlite/sqlite-store.js';
-export type { SqlTransaction, Store } from './store/store.js';
+export type { MigrationResult, SqlTransaction, Store } from './store/store.js';
 export { collectTasks, defineTask, type Task, type TaskContext } from './tasks/define.js';
 export { generateWebhookSecret, webhookSignature } from './webhooks/signing.js';
 export { InvalidWebhookError, type WebhookConfigOptions, type WebhookOption, WebhookRefusedError } from './webhooks/service.js';

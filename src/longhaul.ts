@@ -12,7 +12,7 @@ import { type BusBridge, connectBus, isRelayed } from './channel/bridge.js';
 import { JobBus } from './channel/bus.js';
 import type { Channel } from './channel/channel.js';
 import { createChannel } from './channel/create.js';
-import { type LonghaulConfig, resolveConfig } from './config.js';
+import { checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
 import {
   IdempotencyConflictError,
   InputValidationError,
@@ -21,15 +21,18 @@ import {
   JobStateConflictError,
   QueueFullError,
   UnknownTaskError,
+  UnstorableValueError,
 } from './core/errors.js';
 import { uuidv7 } from './core/ids.js';
 import { jsonDepth, MAX_ATTEMPTS_LIMIT, MAX_IDEMPOTENCY_KEY, MAX_JSON_DEPTH, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from './core/limits.js';
 import { type JobRecord, type JobSnapshot, PRIORITIES, type Priority, toSnapshot } from './core/job.js';
+import { nextInOrder } from './core/snapshot-order.js';
 import { IMMEDIATELY_CANCELLABLE, isJobState, isTerminal, type JobState } from './core/states.js';
+import { findUnstorable, findUnstorableInJson, hasUnstorable, type UnstorableAt, unstorableIssue } from './core/storable.js';
 import { SqliteStore } from './store/sqlite/sqlite-store.js';
 import { PostgresStore } from './store/postgres/postgres-store.js';
 import { Batcher } from './store/batcher.js';
-import type { InsertResult, NewJob, SnapshotJson, SqlTransaction, Store } from './store/store.js';
+import type { InsertResult, MigrationResult, NewJob, SnapshotJson, SqlTransaction, Store } from './store/store.js';
 import { Sweeper } from './sweeper/sweeper.js';
 import { collectTasks, isTask, type Task } from './tasks/define.js';
 import { validateInput } from './tasks/schema.js';
@@ -170,25 +173,32 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
 
 function toEpoch(runAt: Date | string | number, now: number): number {
   const ms = runAt instanceof Date ? runAt.getTime() : typeof runAt === 'string' ? Date.parse(runAt) : runAt;
-  if (typeof ms !== 'number' || !Number.isFinite(ms)) throw new InvalidOptionsError(`runAt must be a date, an ISO 8601 string or epoch ms (got ${JSON.stringify(runAt)})`);
-  if (Math.abs(ms - now) > MAX_SCHEDULE_MS) throw new InvalidOptionsError('runAt must be within 100 years of now');
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) throw new InvalidOptionsError(`runAt must be a date, an ISO 8601 string or epoch ms (got ${JSON.stringify(runAt)})`, 'runAt');
+  if (Math.abs(ms - now) > MAX_SCHEDULE_MS) throw new InvalidOptionsError('runAt must be within 100 years of now', 'runAt');
   return ms;
+}
+
+/** Refuses a submitted string no store accepts (core/storable.ts), naming where it is. */
+function refuseUnstorable(at: UnstorableAt | null): void {
+  if (at) throw new UnstorableValueError(at.path, unstorableIssue(at));
 }
 
 /** A JSON copy of `value` (what the store keeps), or a clear error naming `what`. */
 function jsonCopy(value: unknown, what: string): unknown {
-  const tooDeep = () => new InvalidOptionsError(`${what} nests deeper than ${MAX_JSON_DEPTH} levels`);
+  const tooDeep = () => new InvalidOptionsError(`${what} nests deeper than ${MAX_JSON_DEPTH} levels`, what);
   let text: string | undefined;
   try {
     text = JSON.stringify(value);
   } catch (err) {
     if (jsonDepth(value) > MAX_JSON_DEPTH) throw tooDeep();
-    throw new InvalidOptionsError(`${what} must be JSON-serializable: ${(err as Error).message}`);
+    throw new InvalidOptionsError(`${what} must be JSON-serializable: ${(err as Error).message}`, what);
   }
-  if (text === undefined) throw new InvalidOptionsError(`${what} must be JSON-serializable: ${typeof value} has no JSON form`);
+  if (text === undefined) throw new InvalidOptionsError(`${what} must be JSON-serializable: ${typeof value} has no JSON form`, what);
   // Each level of nesting takes at least two characters: short texts need no walk.
   if (text.length > 2 * MAX_JSON_DEPTH && jsonDepth(value) > MAX_JSON_DEPTH) throw tooDeep();
-  return JSON.parse(text);
+  const copy: unknown = JSON.parse(text);
+  refuseUnstorable(findUnstorableInJson(copy, text, what));
+  return copy;
 }
 
 /** How often a watch reads the store when no channel relays other processes' changes. */
@@ -196,15 +206,12 @@ const WATCH_POLL_MS = 250;
 /** With a channel: a read now and then, in case a relayed event was lost. */
 const WATCH_SAFETY_POLL_MS = 2000;
 
-function snapshotKey(s: JobSnapshot): string {
-  return `${s.status}|${s.updatedAt}|${s.progress.updatedAt}|${s.cancelRequested}|${s.stalled}|${s.attempts}`;
-}
-
 export class Longhaul {
   readonly bus = new JobBus();
   readonly config: LonghaulConfig;
   readonly logger: Logger;
   private readonly taskMap = new Map<string, Task>();
+  private migrated: MigrationResult = { from: 0, to: 0 };
   private readonly workers = new Set<WorkerHandle>();
   private sweeper: Sweeper | null = null;
   /** Concurrent submissions share one transaction (group commit). */
@@ -237,7 +244,7 @@ export class Longhaul {
   ) {
     this.config = config;
     this.logger = logger;
-    for (const t of tasks) this.taskMap.set(t.type, t);
+    for (const t of tasks) this.addTask(t);
     this.webhookConfig = webhookConfig;
     this.internalTasks = [
       webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id) }),
@@ -263,7 +270,7 @@ export class Longhaul {
 
   static async open(options: OpenOptions = {}): Promise<Longhaul> {
     const config = resolveConfig(options);
-    const logger = options.logger ?? pino({ level: process.env.LONGHAUL_LOG_LEVEL ?? 'info', name: 'longhaul' });
+    const logger = options.logger ?? pino({ level: logLevelFromEnv('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul' });
     const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
     if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
     const webhookConfig = resolveWebhookConfig(options.webhooks);
@@ -273,7 +280,7 @@ export class Longhaul {
         ? new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger })
         : new SqliteStore({ path: config.database });
     }
-    await store.migrate();
+    const migration = await store.migrate();
     let channel: Channel | null = null;
     if (options.channel !== undefined) {
       channel = options.channel === false ? null : options.channel;
@@ -303,6 +310,7 @@ export class Longhaul {
       channel,
       options.channel === undefined && channel !== null,
     );
+    lh.migrated = migration;
     if (channel) await lh.channelReady(channel);
     return lh;
   }
@@ -324,6 +332,11 @@ export class Longhaul {
     if (!up) this.logger.warn({ transport: channel.transport }, 'the events channel is not up yet; continuing (it reconnects by itself, streams fall back to reading the store)');
   }
 
+  /** What opening did to the schema: the version found (0: none yet) and the version now (equal: nothing to do). */
+  get migration(): MigrationResult {
+    return this.migrated;
+  }
+
   /** Registers more tasks (e.g. a tasks module loaded after open). */
   register(...tasks: Task[]): void {
     for (const t of tasks) {
@@ -331,8 +344,23 @@ export class Longhaul {
       if (t.type === WEBHOOK_TASK_TYPE) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
       const prior = this.taskMap.get(t.type);
       if (prior && prior !== t) throw new Error(`a different task with type "${t.type}" is already registered`);
-      this.taskMap.set(t.type, t);
+      this.addTask(t);
     }
+  }
+
+  /**
+   * A task's own heartbeat settings are not refused (a test may make a worker look dead on
+   * purpose), but a pair that reaps healthy jobs is logged once, when the task is registered.
+   */
+  private addTask(t: Task): void {
+    if (!this.taskMap.has(t.type) && (t.heartbeatIntervalMs !== undefined || t.heartbeatTimeoutMs !== undefined)) {
+      try {
+        checkHeartbeat(t.heartbeatIntervalMs ?? this.config.heartbeatIntervalMs, t.heartbeatTimeoutMs ?? this.config.heartbeatTimeoutMs);
+      } catch (err) {
+        this.logger.warn({ task: t.type }, `task "${t.type}": ${(err as Error).message}`);
+      }
+    }
+    this.taskMap.set(t.type, t);
   }
 
   get tasks(): ReadonlyMap<string, Task> {
@@ -346,33 +374,38 @@ export class Longhaul {
    * (validators may be async): most submissions then reach the group commit without an await.
    */
   private prepare(type: unknown, input: unknown, options: SubmitOptions, now: number): NewJob | Promise<NewJob> {
-    if (typeof type !== 'string' || type === '') throw new InvalidOptionsError('type must be a non-empty string');
+    if (typeof type !== 'string' || type === '') throw new InvalidOptionsError('type must be a non-empty string', 'type');
     const task = this.taskMap.get(type);
     if (!task) throw new UnknownTaskError(type);
-    if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new InvalidOptionsError('options must be an object');
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new InvalidOptionsError('options must be an object', 'options');
     const { priority, runAt, delayMs, maxAttempts, timeoutMs, metadata, idempotencyKey, tenant } = options;
-    if (priority !== undefined && !PRIORITIES.includes(priority)) throw new InvalidOptionsError(`priority must be one of ${PRIORITIES.join(', ')}`);
+    if (priority !== undefined && !PRIORITIES.includes(priority)) throw new InvalidOptionsError(`priority must be one of ${PRIORITIES.join(', ')}`, 'priority');
     if (runAt !== undefined && delayMs !== undefined) throw new InvalidOptionsError('give runAt or delayMs, not both');
     if (delayMs !== undefined && (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_SCHEDULE_MS)) {
-      throw new InvalidOptionsError('delayMs must be a non-negative number of ms, at most 100 years');
+      throw new InvalidOptionsError('delayMs must be a non-negative number of ms, at most 100 years', 'delayMs');
     }
     if (maxAttempts !== undefined && (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > MAX_ATTEMPTS_LIMIT)) {
-      throw new InvalidOptionsError(`maxAttempts must be an integer from 1 to ${MAX_ATTEMPTS_LIMIT}`);
+      throw new InvalidOptionsError(`maxAttempts must be an integer from 1 to ${MAX_ATTEMPTS_LIMIT}`, 'maxAttempts');
     }
     if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMEOUT_MS)) {
-      throw new InvalidOptionsError('timeoutMs must be a positive number of ms, at most 100 years');
+      throw new InvalidOptionsError('timeoutMs must be a positive number of ms, at most 100 years', 'timeoutMs');
     }
-    if (metadata !== undefined && !isPlainObject(metadata)) throw new InvalidOptionsError('metadata must be an object');
+    if (metadata !== undefined && !isPlainObject(metadata)) throw new InvalidOptionsError('metadata must be an object', 'metadata');
     const meta = metadata === undefined ? null : (jsonCopy(metadata, 'metadata') as Record<string, unknown>);
     if (idempotencyKey !== undefined && (typeof idempotencyKey !== 'string' || idempotencyKey.length === 0 || idempotencyKey.length > MAX_IDEMPOTENCY_KEY)) {
-      throw new InvalidOptionsError(`idempotencyKey must be a string of 1 to ${MAX_IDEMPOTENCY_KEY} characters`);
+      throw new InvalidOptionsError(`idempotencyKey must be a string of 1 to ${MAX_IDEMPOTENCY_KEY} characters`, 'idempotencyKey');
     }
-    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) throw new InvalidOptionsError('tenant must be a non-empty string');
-    if (tenant === INTERNAL_TENANT) throw new InvalidOptionsError(`tenant "${INTERNAL_TENANT}" is reserved for internal jobs`);
+    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) throw new InvalidOptionsError('tenant must be a non-empty string', 'tenant');
+    if (idempotencyKey !== undefined && hasUnstorable(idempotencyKey)) refuseUnstorable(findUnstorable(idempotencyKey, 'idempotencyKey'));
+    if (tenant !== undefined && hasUnstorable(tenant)) refuseUnstorable(findUnstorable(tenant, 'tenant'));
+    if (typeof options.parentId === 'string' && hasUnstorable(options.parentId)) refuseUnstorable(findUnstorable(options.parentId, 'parentId'));
+    if (tenant === INTERNAL_TENANT) throw new InvalidOptionsError(`tenant "${INTERNAL_TENANT}" is reserved for internal jobs`, 'tenant');
     const value: unknown = input === undefined || input === null ? null : jsonCopy(input, 'input');
     if (task.input === undefined) return this.newJob(task, type, input, value, meta, options, now);
     return validateInput(task.input, input === undefined ? undefined : value).then((checked) => {
       if (!checked.ok) throw new InputValidationError(type, checked.issues);
+      // A schema may transform the input: what is stored is checked again.
+      if (checked.value !== value) refuseUnstorable(findUnstorable(checked.value, 'input'));
       return this.newJob(task, type, input, checked.value ?? null, meta, options, now);
     });
   }
@@ -590,9 +623,11 @@ export class Longhaul {
   async list(options: ListOptions = {}): Promise<{ items: JobSnapshot[]; nextCursor: string | null }> {
     this.assertOpen();
     const states = options.status === undefined ? undefined : Array.isArray(options.status) ? options.status : [options.status];
-    for (const s of states ?? []) if (!isJobState(s)) throw new InvalidOptionsError(`unknown status "${String(s)}"`);
+    for (const s of states ?? []) if (!isJobState(s)) throw new InvalidOptionsError(`unknown status "${String(s)}"`, 'status');
     const limit = options.limit ?? 50;
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidOptionsError('limit must be an integer from 1 to 1000');
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidOptionsError('limit must be an integer from 1 to 1000', 'limit');
+    // No job has a type or tenant that no store can hold (PostgreSQL would refuse the query).
+    if ([options.type, options.tenant].some((f) => typeof f === 'string' && hasUnstorable(f))) return { items: [], nextCursor: null };
     let page: Awaited<ReturnType<Store['listJobs']>>;
     try {
       page = await this.store.listJobs({
@@ -603,7 +638,7 @@ export class Longhaul {
         cursor: options.cursor ?? null,
       });
     } catch (err) {
-      if ((err as Error).message === 'invalid cursor') throw new InvalidOptionsError('cursor is invalid');
+      if ((err as Error).message === 'invalid cursor') throw new InvalidOptionsError('cursor is invalid: pass the nextCursor of an earlier page, unchanged', 'cursor');
       throw err;
     }
     return { items: await this.snapshots(page.items), nextCursor: page.nextCursor };
@@ -696,7 +731,8 @@ export class Longhaul {
           to: 'queued',
           reason: 'manual retry',
           at: now,
-          patch: { resetAttempts: true, error: null, finishedAt: null, runAt: now, cancelRequest: false, stalled: false },
+          // `error` stays: the snapshot shows it as `lastError` (its `error` is null while queued).
+          patch: { resetAttempts: true, finishedAt: null, runAt: now, cancelRequest: false, stalled: false },
         },
       ],
     });
@@ -745,7 +781,6 @@ export class Longhaul {
     options.signal?.addEventListener('abort', onAbort);
     // With a channel, other processes' changes arrive as events; the poll is only a safety net.
     const timer = setInterval(poke, options.pollMs ?? (this.channel ? WATCH_SAFETY_POLL_MS : WATCH_POLL_MS));
-    let lastKey = '';
     try {
       while (!options.signal?.aborted && !this.closed) {
         if (dirty || pushed) {
@@ -756,19 +791,15 @@ export class Longhaul {
             const job = await this.store.getJob({ id, ...scope });
             if (!job) throw new JobNotFoundError(id);
             snap = (await this.snapshots([job]))[0] as JobSnapshot;
-            // A store read may lag a progress event already seen: never step progress back.
-            if (last && last.status === snap.status && last.progress.updatedAt && snap.progress.updatedAt && last.progress.updatedAt > snap.progress.updatedAt) {
-              snap = { ...snap, progress: last.progress };
-            }
           } else {
             snap = pushed as unknown as JobSnapshot;
             pushed = null;
           }
-          last = snap;
-          const key = snapshotKey(snap);
-          if (key !== lastKey) {
-            lastKey = key;
-            yield snap;
+          // A store read may lag a progress event already seen: never step progress back.
+          const ordered = nextInOrder(last ?? undefined, snap);
+          if (ordered) {
+            last = ordered;
+            yield ordered;
           }
           if (isTerminal(snap.status)) return;
           continue;
@@ -904,7 +935,7 @@ export class Longhaul {
       bus: this.bus,
       tasks: new Map([...this.taskMap, ...this.internalTasks.map((t) => [t.type, t] as const)]),
       files: {
-        results: (job, onLeaseLost) => lazyResults(async () => (await files()).results(store, job, onLeaseLost)),
+        results: (job, onLeaseLost, retry) => lazyResults(async () => (await files()).results(store, job, onLeaseLost, retry)),
         uploads: (tenant) => lazyUploads(async () => (await files()).uploads(tenant)),
       },
       logger: this.logger,

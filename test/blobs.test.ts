@@ -147,8 +147,9 @@ function blobStoreContract(name: string, open: () => Promise<BlobStore>, leftove
       const slow = new Readable({ read() {} });
       slow.push(Buffer.alloc(100_000));
       const pending = store.put('c/fail/a', slow, { signal: ac.signal });
-      setTimeout(() => ac.abort(new Error('stop')), 50);
-      await assert.rejects(pending);
+      const reason = new Error('stop');
+      setTimeout(() => ac.abort(reason), 50);
+      await assert.rejects(pending, (err: unknown) => err === reason, "the abort's reason, not a bare AbortError");
       assert.deepEqual(await keys(store, 'c/fail/'), []);
       assert.deepEqual(leftovers(), []);
     });

@@ -602,6 +602,7 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
     const slow = defineTask({
       type: 'channel.slow',
       heartbeatIntervalMs: 30_000,
+      heartbeatTimeoutMs: 120_000,
       async run(_input, ctx) {
         for (let i = 1; i <= 1000; i++) {
           ctx.progress({ itemsDone: i, itemsTotal: 1000 });
@@ -611,7 +612,7 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
       },
     });
     const quiet = pino({ level: 'silent' });
-    const options = { database: db.url, tasks: [slow], logger: quiet, heartbeatIntervalMs: 30_000 };
+    const options = { database: db.url, tasks: [slow], logger: quiet, heartbeatIntervalMs: 30_000, heartbeatTimeoutMs: 120_000 };
     const [a, b] = [await Longhaul.open(options), await Longhaul.open(options)];
     const name = channelName();
     const chA = new PostgresNotifyChannel({ connectionString: db.url, channel: name });

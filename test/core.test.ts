@@ -10,9 +10,10 @@ import { backoffCeiling, backoffDelay, DEFAULT_BACKOFF, reconnectDelay } from '.
 import { parseDuration, parseDurationList } from '../src/core/duration.js';
 import { classifyError, FatalError, RetryableError } from '../src/core/errors.js';
 import { isUuid, uuidv7, uuidv7Floor, uuidv7Time } from '../src/core/ids.js';
-import { type JobRecord, priorityName, priorityRank, toSnapshot } from '../src/core/job.js';
+import { type JobRecord, type JobSnapshot, priorityName, priorityRank, toSnapshot } from '../src/core/job.js';
 import { checkpointUsable, decideAfterFailure, decideAfterLostWorker } from '../src/core/lifecycle.js';
 import { EMPTY_PROGRESS, EtaEstimator, fractionDone, mergeProgress, type Progress } from '../src/core/progress.js';
+import { nextInOrder } from '../src/core/snapshot-order.js';
 import {
   allowedTargets,
   assertTransition,
@@ -122,12 +123,30 @@ describe('states: terminal and derived sets', () => {
 
 describe('reconnectDelay', () => {
   it('doubles from min to max, half fixed and half random', () => {
-    assert.equal(reconnectDelay(1, 100, 5000, () => 0), 50);
+    assert.equal(
+      reconnectDelay(1, 100, 5000, () => 0),
+      50,
+    );
     assert.ok(reconnectDelay(1, 100, 5000, () => 0.999999) < 100);
-    assert.equal(reconnectDelay(3, 100, 5000, () => 0), 200);
-    assert.equal(reconnectDelay(7, 100, 5000, () => 0), 2500, 'capped at max');
-    assert.equal(reconnectDelay(10_000, 100, 5000, () => 0.5), 3750, 'no overflow after many failures');
-    assert.equal(reconnectDelay(0, 100, 5000, () => 0), 50, 'a zeroth attempt waits like the first');
+    assert.equal(
+      reconnectDelay(3, 100, 5000, () => 0),
+      200,
+    );
+    assert.equal(
+      reconnectDelay(7, 100, 5000, () => 0),
+      2500,
+      'capped at max',
+    );
+    assert.equal(
+      reconnectDelay(10_000, 100, 5000, () => 0.5),
+      3750,
+      'no overflow after many failures',
+    );
+    assert.equal(
+      reconnectDelay(0, 100, 5000, () => 0),
+      50,
+      'a zeroth attempt waits like the first',
+    );
   });
 });
 
@@ -607,6 +626,45 @@ describe('parseDuration', () => {
 
 // ---- job helpers ----------------------------------------------------------------------------
 
+/** A running job's record, for the snapshot helpers' tests. */
+function record(overrides: Partial<JobRecord> = {}): JobRecord {
+  return {
+    id: '0190b6a2-7c1d-7abc-8def-0123456789ab',
+    tenant: 't',
+    type: 'x',
+    state: 'running',
+    priority: 'normal',
+    input: { a: 1 },
+    metadata: null,
+    result: undefined,
+    error: null,
+    attempts: 1,
+    maxAttempts: 3,
+    lease: 1,
+    workerId: 'w',
+    cancelRequested: false,
+    cancelReason: null,
+    cancelRequestedAt: null,
+    stalled: false,
+    parentId: null,
+    createdAt: 0,
+    startedAt: 1_000,
+    finishedAt: null,
+    updatedAt: 2_000,
+    runAt: 0,
+    expiresAt: null,
+    heartbeatAt: 1_000,
+    timeoutMs: null,
+    heartbeatTimeoutMs: 30_000,
+    stallTimeoutMs: null,
+    resultTtlMs: 1_000,
+    checkpoint: null,
+    idempotencyKey: null,
+    progress: { ...EMPTY_PROGRESS, percent: 40 },
+    ...overrides,
+  };
+}
+
 describe('job helpers', () => {
   it('priority rank: critical < high < normal < low; unknown ranks read as normal', () => {
     assert.deepEqual((['critical', 'high', 'normal', 'low'] as const).map(priorityRank), [0, 1, 2, 3]);
@@ -614,44 +672,6 @@ describe('job helpers', () => {
     assert.equal(priorityName(3), 'low');
     assert.equal(priorityName(9), 'normal');
   });
-
-  function record(overrides: Partial<JobRecord> = {}): JobRecord {
-    return {
-      id: '0190b6a2-7c1d-7abc-8def-0123456789ab',
-      tenant: 't',
-      type: 'x',
-      state: 'running',
-      priority: 'normal',
-      input: { a: 1 },
-      metadata: null,
-      result: undefined,
-      error: null,
-      attempts: 1,
-      maxAttempts: 3,
-      lease: 1,
-      workerId: 'w',
-      cancelRequested: false,
-      cancelReason: null,
-      cancelRequestedAt: null,
-      stalled: false,
-      parentId: null,
-      createdAt: 0,
-      startedAt: 1_000,
-      finishedAt: null,
-      updatedAt: 2_000,
-      runAt: 0,
-      expiresAt: null,
-      heartbeatAt: 1_000,
-      timeoutMs: null,
-      heartbeatTimeoutMs: 30_000,
-      stallTimeoutMs: null,
-      resultTtlMs: 1_000,
-      checkpoint: null,
-      idempotencyKey: null,
-      progress: { ...EMPTY_PROGRESS, percent: 40 },
-      ...overrides,
-    };
-  }
 
   it('toSnapshot: ISO times, links, null result; a succeeded job shows 100 %', () => {
     const s = toSnapshot(record());
@@ -669,5 +689,52 @@ describe('job helpers', () => {
     assert.equal(done.progress.percent, 100);
     assert.equal(done.progress.eta, 0);
     assert.deepEqual(done.result, { ok: true });
+  });
+});
+
+describe('nextInOrder: what a stream sends after the last snapshot it sent', () => {
+  const at = (ms: number) => new Date(1_700_000_000_000 + ms).toISOString();
+  function snap(over: {
+    status?: JobSnapshot['status'];
+    updated?: number;
+    progressAt?: number | null;
+    percent?: number;
+    attempts?: number;
+    cancelRequested?: boolean;
+  }): JobSnapshot {
+    const base = toSnapshot({
+      ...record(),
+      state: over.status ?? 'running',
+      attempts: over.attempts ?? 1,
+      cancelRequested: over.cancelRequested ?? false,
+      updatedAt: 1_700_000_000_000 + (over.updated ?? 0),
+    });
+    return { ...base, progress: { ...base.progress, percent: over.percent ?? null, updatedAt: over.progressAt == null ? null : at(over.progressAt) } };
+  }
+
+  it('the first snapshot goes out as it is', () => {
+    const s = snap({ percent: 5, progressAt: 10 });
+    assert.equal(nextInOrder(undefined, s), s);
+  });
+
+  it('a cancel answer read from the store carries the newer progress already sent (10 → 5 → 10 never happens)', () => {
+    const sent = snap({ updated: 0, percent: 10, progressAt: 50 });
+    const stored = snap({ updated: 60, percent: 5, progressAt: 20, cancelRequested: true });
+    const out = nextInOrder(sent, stored) as JobSnapshot;
+    assert.equal(out.cancelRequested, true);
+    assert.equal(out.progress.percent, 10);
+  });
+
+  it('an older state is dropped; the same change twice is sent once', () => {
+    const newer = snap({ updated: 100, percent: 30, progressAt: 90 });
+    assert.equal(nextInOrder(newer, snap({ updated: 50, percent: 40, progressAt: 95 })), null);
+    assert.equal(nextInOrder(newer, { ...newer }), null);
+  });
+
+  it('the end of the same attempt keeps the newest progress; success is 100 %; a new attempt takes its own', () => {
+    const running = snap({ updated: 0, attempts: 1, percent: 80, progressAt: 100 });
+    assert.equal((nextInOrder(running, snap({ status: 'cancelled', updated: 200, percent: 60, progressAt: 50 })) as JobSnapshot).progress.percent, 80);
+    assert.equal((nextInOrder(running, snap({ status: 'succeeded', updated: 200, percent: 100, progressAt: 50 })) as JobSnapshot).progress.percent, 100);
+    assert.equal((nextInOrder(running, snap({ updated: 200, attempts: 2, percent: 0, progressAt: null })) as JobSnapshot).progress.percent, 0);
   });
 });

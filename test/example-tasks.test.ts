@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { createReadStream } from 'node:fs';
-import { readdir } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -462,31 +462,44 @@ describe('report.generate', () => {
   });
 
   it('stops promptly when cancelled in any stage, writing nothing and leaving no temp files', async () => {
-    const tempsBefore = (await readdir(tmpdir())).filter((f) => f.startsWith('longhaul-report-')).length;
-    for (const stage of ['query', 'render', 'upload']) {
-      const blobs = await TempBlobs.create();
-      try {
-        const reason = new Error(`cancel in ${stage}`);
-        let abortedAt = 0;
-        const run = makeRun({
-          blobs,
-          onEvent: (_n, kind, r) => {
-            if (kind === 'progress' && abortedAt === 0 && r.progress.at(-1)?.stage === stage) {
-              abortedAt = performance.now();
-              r.controller.abort(reason);
-            }
-          },
-        });
-        await assert.rejects(runReport({ rows: 20_000, format: 'pdf', seed: 1 }, run.ctx), (err: unknown) => err === reason);
-        const stopMs = performance.now() - abortedAt;
-        assert.ok(abortedAt > 0 && stopMs < 500, `${stage}: stopped ${stopMs.toFixed(0)} ms after the abort`);
-        assert.deepEqual(blobs.resultNames(), []);
-      } finally {
-        await blobs.destroy();
+    // A temp directory of this test's own (os.tmpdir() reads TMPDIR at each call): other test
+    // files running meanwhile make and remove report temp directories in the shared one.
+    const ownTmp = await mkdtemp(join(tmpdir(), 'lh-report-cancel-'));
+    const savedTmp = process.env.TMPDIR;
+    process.env.TMPDIR = ownTmp;
+    try {
+      // `upload` aborts at the stage's first progress call, before its streams exist; `upload:bytes`
+      // once bytes are on their way (the abort then reaches a piped stream).
+      for (const stage of ['query', 'render', 'upload', 'upload:bytes']) {
+        const blobs = await TempBlobs.create();
+        try {
+          const reason = new Error(`cancel in ${stage}`);
+          let abortedAt = 0;
+          const run = makeRun({
+            blobs,
+            onEvent: (_n, kind, r) => {
+              const last = r.progress.at(-1);
+              const at = stage === 'upload:bytes' ? last?.stage === 'upload' && /bytes uploaded$/.test(last.message ?? '') : last?.stage === stage;
+              if (kind === 'progress' && abortedAt === 0 && at) {
+                abortedAt = performance.now();
+                r.controller.abort(reason);
+              }
+            },
+          });
+          await assert.rejects(runReport({ rows: 20_000, format: 'pdf', seed: 1 }, run.ctx), (err: unknown) => err === reason);
+          const stopMs = performance.now() - abortedAt;
+          assert.ok(abortedAt > 0 && stopMs < 500, `${stage}: stopped ${stopMs.toFixed(0)} ms after the abort`);
+          assert.deepEqual(blobs.resultNames(), []);
+        } finally {
+          await blobs.destroy();
+        }
       }
+      assert.deepEqual(await readdir(ownTmp), [], 'temp directories removed');
+    } finally {
+      if (savedTmp === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = savedTmp;
+      await rm(ownTmp, { recursive: true, force: true });
     }
-    const tempsAfter = (await readdir(tmpdir())).filter((f) => f.startsWith('longhaul-report-')).length;
-    assert.equal(tempsAfter, tempsBefore, 'temp directories removed');
   });
 
   it('is defined as a task whose schema bounds rows per format', async () => {

@@ -9,6 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { EventSource } from 'eventsource';
 import WebSocket from 'ws';
 import type { JobSnapshot } from '../src/core/job.js';
+import { snapshotKey } from '../src/core/snapshot-order.js';
 import type { Longhaul } from '../src/longhaul.js';
 import { JobHub } from '../src/server/hub.js';
 import { changeSeq, statusKey } from '../src/server/sse.js';
@@ -456,6 +457,25 @@ describe('HTTP streams', () => {
       assert.equal(err.status, 409);
       assert.equal(err.code, 'STATE_CONFLICT');
       assert.equal(typeof err.message, 'string');
+    });
+
+    it('a cancel answered mid-progress never steps the socket back in time, and no snapshot comes twice (three tries)', async () => {
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const c = await ws();
+        const job = await submit(h.base, 't.steps', { steps: 200, stepMs: 5 });
+        c.send({ op: 'subscribe', id: job.id });
+        await c.waitFor((m) => m.type === 'snapshot' && m.job.progress.itemsDone >= 20, 'progress under way');
+        c.send({ op: 'cancel', id: job.id });
+        await c.waitFor((m) => m.type === 'snapshot' && m.job.status === 'cancelled', 'cancelled');
+        const snaps = c.msgs.filter((m) => m.type === 'snapshot').map((m) => m.job as JobSnapshot);
+        const done = snaps.map((s) => s.progress.itemsDone ?? 0);
+        for (let i = 1; i < snaps.length; i++) {
+          assert.ok((done[i] as number) >= (done[i - 1] as number), `items done never go back: ${done.join(' ')}`);
+          assert.notEqual(snapshotKey(snaps[i] as JobSnapshot), snapshotKey(snaps[i - 1] as JobSnapshot), `snapshot ${i} repeats the one before`);
+        }
+        assert.ok(snaps.some((s) => s.cancelRequested), 'the cancel answer was sent');
+        c.ws.terminate();
+      }
     });
 
     it('bad messages, unknown jobs and other tenants’ jobs are error messages; the socket stays open', async () => {

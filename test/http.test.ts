@@ -27,6 +27,7 @@ import {
   TOKEN_SECRET,
   untilJob,
 } from './support/http-harness.js';
+import { createTestDatabase } from './support/postgres.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -206,13 +207,13 @@ describe('HTTP API', () => {
       { name: 'a fractional delayMs', body: { type: 't.quick', delayMs: 1.5 }, status: 400, code: 'INVALID_REQUEST', field: 'delayMs' },
       { name: 'a delayMs beyond any date', body: { type: 't.quick', delayMs: 9e15 }, status: 400, code: 'INVALID_REQUEST', field: 'delayMs' },
       { name: 'a string delayMs', body: { type: 't.quick', delayMs: '100' }, status: 400, code: 'INVALID_REQUEST', field: 'delayMs' },
-      { name: 'runAt and delayMs together', body: { type: 't.quick', runAt: new Date().toISOString(), delayMs: 10 }, status: 400, code: 'INVALID_OPTIONS' },
+      { name: 'runAt and delayMs together', body: { type: 't.quick', runAt: new Date().toISOString(), delayMs: 10 }, status: 400, code: 'INVALID_REQUEST' },
       { name: 'a runAt that is not a date', body: { type: 't.quick', runAt: 'tomorrow' }, status: 400, code: 'INVALID_REQUEST', field: 'runAt' },
       { name: 'maxAttempts 0', body: { type: 't.quick', maxAttempts: 0 }, status: 400, code: 'INVALID_REQUEST', field: 'maxAttempts' },
       { name: 'timeoutMs 0', body: { type: 't.quick', timeoutMs: 0 }, status: 400, code: 'INVALID_REQUEST', field: 'timeoutMs' },
       { name: 'a timeoutMs over 100 years', body: { type: 't.quick', timeoutMs: 4e12 }, status: 400, code: 'INVALID_REQUEST', field: 'timeoutMs' },
-      { name: 'a runAt 200 years away', body: { type: 't.quick', runAt: '2226-01-01T00:00:00Z' }, status: 400, code: 'INVALID_OPTIONS' },
-      { name: 'a runAt in year 1', body: { type: 't.quick', runAt: '0001-01-01T00:00:00Z' }, status: 400, code: 'INVALID_OPTIONS' },
+      { name: 'a runAt 200 years away', body: { type: 't.quick', runAt: '2226-01-01T00:00:00Z' }, status: 400, code: 'INVALID_REQUEST', field: 'runAt' },
+      { name: 'a runAt in year 1', body: { type: 't.quick', runAt: '0001-01-01T00:00:00Z' }, status: 400, code: 'INVALID_REQUEST', field: 'runAt' },
       { name: 'non-object metadata', body: { type: 't.quick', metadata: [1] }, status: 400, code: 'INVALID_REQUEST', field: 'metadata' },
       { name: 'an unknown field', body: { type: 't.quick', webhooks: { url: 'x' } }, status: 400, code: 'INVALID_REQUEST' },
       { name: 'a __proto__ field', raw: '{"type":"t.quick","__proto__":{"polluted":true}}', status: 400, code: 'INVALID_REQUEST' },
@@ -297,7 +298,18 @@ describe('HTTP API', () => {
   });
 
   describe('robustness', () => {
-    it('never answers 500 to ~200 random bodies, headers and paths, and keeps answering', async () => {
+    /** Percent-encoding that also takes lone surrogates (as the bytes of their WTF-8 form: not UTF-8, as a careless client would send). */
+    const uriEncode = (text: string) =>
+      text
+        .split(/([\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff])/)
+        .map((part, i) => {
+          if (i % 2 === 0) return encodeURIComponent(part);
+          const c = part.charCodeAt(0);
+          return [0xe0 | (c >> 12), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f)].map((b) => `%${b.toString(16).toUpperCase()}`).join('');
+        })
+        .join('');
+
+    const neverAnswers500 = async (h: Harness) => {
       let seed = 0x5eed;
       const rnd = () => {
         seed = (seed + 0x6d2b79f5) | 0;
@@ -307,7 +319,8 @@ describe('HTTP API', () => {
       };
       const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)] as T;
       const garbage = (max: number) => {
-        const chars = 'abcXYZ019 -_.~!*\'();:@&=+$,/?%#[]{}"\\<>|^`\u00e9\u4e2d\u{1f600}';
+        // With U+0000 and lone surrogates, which PostgreSQL cannot store (docs/api.md: 422 UNSTORABLE_STRING).
+        const chars = 'abcXYZ019 -_.~!*\'();:@&=+$,/?%#[]{}"\\<>|^`\u00e9\u4e2d\u{1f600}\ud800\u0000\udfff';
         return Array.from({ length: Math.floor(rnd() * max) }, () => pick([...chars])).join('');
       };
       const value = (depth: number): unknown => {
@@ -366,8 +379,8 @@ describe('HTTP API', () => {
       const failures: string[] = [];
       const one = async (i: number) => {
         const method = pick(methods);
-        let path = rnd() < 0.75 ? pick(paths) : `/v1/jobs/${encodeURIComponent(garbage(40))}${rnd() < 0.3 ? `/${garbage(10)}` : ''}`;
-        if (rnd() < 0.4) path += `?${pick(queryKeys)}=${encodeURIComponent(garbage(30))}`;
+        let path = rnd() < 0.75 ? pick(paths) : `/v1/jobs/${uriEncode(garbage(40))}${rnd() < 0.3 ? `/${uriEncode(garbage(10))}` : ''}`;
+        if (rnd() < 0.4) path += `?${pick(queryKeys)}=${uriEncode(garbage(30))}`;
         const headers: Record<string, string> = {};
         const auth = pick(auths);
         if (auth !== null) headers.authorization = auth.replace(/[^\x20-\x7e]/g, '');
@@ -399,6 +412,7 @@ describe('HTTP API', () => {
 
       // Every option with every odd value, well-formed otherwise: the likeliest way to reach the store.
       const odd = [9e15, 1e308, -1e308, 2 ** 31, 2 ** 53 + 1, -1, 0, 1.5, '1', '', null, true, [], {}, '9999-12-31T23:59:59Z', '0000-01-01T00:00:00Z'];
+      odd.push('\u0000', 'a\ud800', ['\udc00'], { 'k\u0000': '\ud800' }, { k: 'v\u0000' });
       for (const option of ['delayMs', 'timeoutMs', 'maxAttempts', 'runAt', 'priority', 'metadata', 'input']) {
         await Promise.all(
           odd.map(async (v) => {
@@ -429,6 +443,26 @@ describe('HTTP API', () => {
       // Nothing it accepted made a job unreadable.
       for (const key of [KEY_A, KEY_B]) assert.equal((await call(h.base, '/v1/jobs?limit=1000', { key })).status, 200);
       assert.equal((await call(h.base, '/v1/jobs', { body: { type: 't.quick' } })).status, 202);
+      // Strings no store can hold are refused with their path, never a 500 (and the same on PostgreSQL).
+      const nul = await call(h.base, '/v1/jobs', { raw: '{"type":"t.quick","input":{"s":"nul\\u0000byte"},"metadata":{"k\\ud800":1}}' });
+      assert.deepEqual(
+        (problemOf(nul, 422, 'UNSTORABLE_STRING').errors as { path: string }[]).map((e) => e.path),
+        ['metadata["k\\ud800"]'],
+      );
+      assert.equal((await call(h.base, '/readyz')).status, 200);
+    };
+
+    it('never answers 500 to ~200 random bodies, headers and paths (U+0000 and lone surrogates too), and keeps answering', () => neverAnswers500(h));
+
+    it('the same on PostgreSQL', async () => {
+      const db = await createTestDatabase('lh_http_fuzz');
+      const pgHarness = await startHarness({ maxBodyBytes: 8 * 1024, database: db.url });
+      try {
+        await neverAnswers500(pgHarness);
+      } finally {
+        await pgHarness.close();
+        await db.drop();
+      }
     });
   });
 
@@ -496,19 +530,26 @@ describe('HTTP API', () => {
       assert.deepEqual(seen, await listIds('?limit=1000'));
     });
 
-    it('400 for a bad status, limit or cursor', async () => {
-      for (const q of [
-        '?status=bogus',
-        '?status=queued,bogus',
-        '?limit=0',
-        '?limit=1001',
-        '?limit=abc',
-        '?limit=1.5',
-        '?limit=-1',
-        '?cursor=zzzz',
-        `?cursor=${Buffer.from('not a uuid').toString('base64url')}`,
-      ]) {
-        problemOf(await call(idle.base, `/v1/jobs${q}`), 400);
+    it('400 INVALID_REQUEST naming the parameter for a bad status, limit or cursor', async () => {
+      for (const [q, field] of [
+        ['?status=bogus', 'status'],
+        ['?status=queued,bogus', 'status'],
+        ['?limit=0', 'limit'],
+        ['?limit=1001', 'limit'],
+        ['?limit=abc', 'limit'],
+        ['?limit=1.5', 'limit'],
+        ['?limit=-1', 'limit'],
+        ['?cursor=zzzz', 'cursor'],
+        ['?cursor=garbage', 'cursor'],
+        [`?cursor=${Buffer.from('not a uuid').toString('base64url')}`, 'cursor'],
+      ] as const) {
+        // One kind of mistake, one code, whichever layer (route, schema, library) finds it.
+        const p = problemOf(await call(idle.base, `/v1/jobs${q}`), 400, 'INVALID_REQUEST');
+        assert.deepEqual(
+          (p.errors as { path: string }[]).map((e) => e.path),
+          [field],
+          `${q}: ${JSON.stringify(p)}`,
+        );
       }
     });
 

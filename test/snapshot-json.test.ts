@@ -6,8 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { after, before, describe, it } from 'node:test';
-import Database from 'better-sqlite3';
 import pino from 'pino';
 import { FatalError } from '../src/core/errors.js';
 import { defineTask, Longhaul, type WorkerHandle } from '../src/index.js';
@@ -15,7 +15,8 @@ import { isoDateSql } from '../src/store/sqlite/snapshot-json.js';
 import { tempDir } from './fixtures/process-harness.js';
 
 const TRICKY = {
-  s: 'quote " backslash \\ newline \n tab \t nul \u0000 line sep \u2028 é 🚀 \ud800 lone surrogate',
+  // U+0000 and lone surrogates are refused at submission (core/storable.ts); their escapes as plain text are not.
+  s: 'quote " backslash \\ newline \n tab \t control \u0001 \u001f line sep \u2028 é 🚀 escapes as text \\u0000 \\ud800',
   big: 1e21,
   small: 5e-324,
   neg: -0.5,
@@ -203,26 +204,17 @@ describe('snapshot JSON written by SQLite equals the JavaScript snapshot', () =>
 
 describe('dates written by strftime equal toISOString', () => {
   it('over 200,000 random instants from 1970 to 9999 and the edges', () => {
-    const db = new Database(':memory:');
+    const db = new DatabaseSync(':memory:');
     const max = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
     const values = [0, 1, 999, 1000, 59_999, 951_782_400_000, 951_868_799_999, 1_795_470_967_696, 4_102_444_800_000, max - 1, max];
     for (let i = 0; i < 200_000; i++) values.push(Math.floor(Math.random() * (max + 1)));
-    const rows = db
-      .prepare(`SELECT ${isoDateSql('value')} FROM json_each(?)`)
-      .pluck(true)
-      .all(JSON.stringify(values)) as string[];
+    const rows = (db.prepare(`SELECT ${isoDateSql('value')} AS d FROM json_each(?)`).all(JSON.stringify(values)) as { d: string }[]).map((r) => r.d);
     assert.equal(rows.length, values.length);
     for (let i = 0; i < values.length; i++) {
       const expected = JSON.stringify(new Date(values[i] as number).toISOString());
       if (rows[i] !== expected) assert.fail(`ms ${values[i]}: SQLite wrote ${rows[i]}, toISOString ${expected}`);
     }
-    assert.equal(
-      db
-        .prepare(`SELECT ${isoDateSql('NULL')}`)
-        .pluck(true)
-        .get(),
-      'null',
-    );
+    assert.equal((db.prepare(`SELECT ${isoDateSql('NULL')} AS d`).get() as { d: string }).d, 'null');
     db.close();
   });
 });

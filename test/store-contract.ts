@@ -111,6 +111,16 @@ export function runStoreContract(name: string, makeStore: () => Promise<Store>):
 
     const progress = (percent: number, at: number): Progress => ({ ...EMPTY_PROGRESS, percent, updatedAt: new Date(at).toISOString() });
 
+    // ---- readiness ----
+
+    describe('ping', () => {
+      it('resolves on a migrated store, with or without jobs (the /readyz probe)', async () => {
+        await store.ping();
+        await insert();
+        await store.ping();
+      });
+    });
+
     // ---- insert / get ----
 
     describe('insert and get', () => {

@@ -2,7 +2,7 @@
  * The upload and result routes over real HTTP: raw bodies streamed to blob storage with the
  * size limit, client aborts, metadata, tenant isolation and expiry; signed result URLs (valid,
  * Range, tampered, expired, expired job), the /result redirect and download counting; and the
- * memory bound: 200 MB in and 200 MB out with this process's RSS growing by less than 64 MB.
+ * memory bound: 200 MB in and 200 MB out with this process's RSS growing by less than 96 MB.
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -126,6 +126,15 @@ function postStream(base: string, path: string, body: Readable, headers: Record<
   });
 }
 
+/**
+ * How far RSS may grow while 200 MB stream through: less than half the body, so a body held in
+ * memory fails. Not less: each chunk is a fresh Buffer whose memory returns only when a garbage
+ * collection finds it dead, and V8 lets such external memory reach about 64 MB before it forces
+ * one. At the peaks measured on Node 24 (47-66 MB; Node 20: 20-44 MB) nearly all the growth was
+ * ArrayBuffer memory (`process.memoryUsage().arrayBuffers`), so a bound of 64 MB failed by chance.
+ */
+const STREAMING_RSS_BOUND = 96 * MiB;
+
 /** Samples this process's RSS while `fn` runs; returns the peak growth over the starting value. */
 async function rssGrowthDuring(fn: () => Promise<void>): Promise<number> {
   const start = process.memoryUsage().rss;
@@ -200,9 +209,11 @@ describe('POST /v1/uploads', () => {
     const empty = await call(small.base, '/v1/uploads', { method: 'POST', raw: '', contentType: 'text/plain' });
     assert.equal(empty.status, 201);
     assert.equal(empty.json.size, 0);
-    // Fastify itself refuses what does not parse as a media type; the route refuses the rest (e.g. absurd lengths).
-    problemOf(await call(small.base, '/v1/uploads', { raw: 'x', contentType: 'not a type' }), 415);
-    problemOf(await call(small.base, '/v1/uploads', { raw: 'x', contentType: `text/${'x'.repeat(300)}` }), 400, 'INVALID_CONTENT_TYPE');
+    // What is not a media type is a bad request (400, as docs/api.md says), checked before Fastify's
+    // parser lookup (which would answer 415), and so are absurd lengths.
+    for (const contentType of ['not a type', 'text', '/plain', 'text/plain; =x', `text/${'x'.repeat(300)}`]) {
+      problemOf(await call(small.base, '/v1/uploads', { raw: 'x', contentType }), 400, 'INVALID_CONTENT_TYPE');
+    }
   });
 
   test('authentication is required; another tenant sees 404; unknown ids 404', async () => {
@@ -260,7 +271,7 @@ describe('POST /v1/uploads', () => {
     await untilClean(baseline, 'client abort');
   });
 
-  test('200 MB streamed in: sha256 right, RSS grows by less than 64 MB', async () => {
+  test('200 MB streamed in: sha256 right, RSS grows by less than 96 MB', async () => {
     // Warm up code paths and pools so the measurement sees steady-state streaming.
     assert.equal((await postStream(big.base, '/v1/uploads', generated(8 * MiB).stream)).status, 201);
     const size = 200 * MiB;
@@ -273,7 +284,7 @@ describe('POST /v1/uploads', () => {
     const info = JSON.parse(res?.body ?? '{}');
     assert.equal(info.size, size);
     assert.equal(info.sha256, body.digest());
-    assert.ok(growth < 64 * MiB, `RSS grew by ${(growth / MiB).toFixed(1)} MB during a 200 MB upload`);
+    assert.ok(growth < STREAMING_RSS_BOUND, `RSS grew by ${(growth / MiB).toFixed(1)} MB during a 200 MB upload`);
     console.log(`# 200 MB upload: RSS growth ${(growth / MiB).toFixed(1)} MB`);
     await blobs.deletePrefix(`uploads/${info.id}/`);
   });
@@ -424,7 +435,7 @@ describe('signed result URLs', () => {
     assert.deepEqual(downloads, [`${id}/c.txt`, `${id}/c.txt`]);
   });
 
-  test('a 200 MB result streamed out: RSS grows by less than 64 MB', async () => {
+  test('a 200 MB result streamed out: RSS grows by less than 96 MB', async () => {
     const size = 200 * MiB;
     const body = generated(size);
     const id = await makeJob('tenantA', { 'big.bin': body.stream });
@@ -443,7 +454,7 @@ describe('signed result URLs', () => {
     });
     assert.equal(received, size);
     assert.equal(hash.digest('hex'), expected);
-    assert.ok(growth < 64 * MiB, `RSS grew by ${(growth / MiB).toFixed(1)} MB while serving a 200 MB result`);
+    assert.ok(growth < STREAMING_RSS_BOUND, `RSS grew by ${(growth / MiB).toFixed(1)} MB while serving a 200 MB result`);
     console.log(`# 200 MB result download: RSS growth ${(growth / MiB).toFixed(1)} MB`);
     await blobs.deletePrefix(`results/${id}/`);
   });

@@ -6,7 +6,6 @@
  */
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, it } from 'node:test';
@@ -131,7 +130,7 @@ describe('worker runtime, in process', () => {
       store.completeAndClaim = async (params) => {
         if (params.complete.length > 0 && failures === 0) {
           failures++;
-          throw Object.assign(new Error('database is locked (simulated)'), { code: 'SQLITE_BUSY' });
+          throw Object.assign(new Error('database is locked (simulated)'), { code: 'ERR_SQLITE_ERROR', errcode: 5, errstr: 'database is locked' });
         }
         return original(params);
       };
@@ -373,7 +372,7 @@ describe('worker runtime, edge cases', () => {
       // Another connection (a thread here, a process in production) holds the write lock for 400 ms.
       const holder = new Thread(
         `const { parentPort, workerData } = require('node:worker_threads');
-         const db = new (require(workerData.driver))(workerData.path);
+         const db = new (require('node:sqlite').DatabaseSync)(workerData.path);
          db.prepare('BEGIN IMMEDIATE').run();
          parentPort.postMessage('locked');
          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 400);
@@ -381,7 +380,7 @@ describe('worker runtime, edge cases', () => {
          db.prepare('COMMIT').run();
          db.close();
          parentPort.postMessage(releasedAt);`,
-        { eval: true, execArgv: [], workerData: { path, driver: createRequire(import.meta.url).resolve('better-sqlite3') } },
+        { eval: true, execArgv: [], workerData: { path } },
       );
       const exited = once(holder, 'exit'); // listen now: the thread may be gone before the job settles
       const messages: unknown[] = [];

@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import type Database from 'better-sqlite3';
+import type { DatabaseSync } from 'node:sqlite';
 import pino from 'pino';
 import { JobStateConflictError, type JobSnapshot, Longhaul, type OpenOptions } from '../src/index.js';
 import { type EffectRow, openEffects, readEffects, readGauge, release } from './fixtures/effects.js';
@@ -21,7 +21,7 @@ import fixtureTasks from './fixtures/worker-tasks.js';
 interface Env {
   db: string;
   lh: Longhaul;
-  effects: Database.Database;
+  effects: DatabaseSync;
   spawn(options?: Partial<SpawnOptions>): Promise<WorkerChild>;
   /** Effects of one job (or all), in the order they were committed. */
   effectsOf(jobId?: string): EffectRow[];
@@ -499,7 +499,9 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       const aExit = a.events.find((e) => e.event === 'exit');
       assert.equal((aExit?.stats as Record<string, number> | undefined)?.handedBack, 1, 'A handed the job back');
       await b.waitEvent((e) => e.event === 'claimed' && e.id === job.id, 'B to claim the handed-back job', 5000);
-      const done = await settled(lh, job.id, 10_000);
+      // B has about 9.8 s of steps left: 10 s was too tight under load. Still well under the 30 s
+      // heartbeat timeout plus that work, which a hand-back by reaping would need.
+      const done = await settled(lh, job.id, 25_000);
       assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
       assert.equal(done.attempts, 1, 'the interrupted attempt was refunded');
       const result = done.result as { acc: number; resumedFrom: number; attempt: number; pid: number };

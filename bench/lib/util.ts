@@ -74,6 +74,12 @@ export interface BenchResult {
   processedPerSec: Record<string, number>;
   latencyMs: LatencySummary;
   samples: { enqueuePerSec: number[]; processedPerSec: Record<string, number[]> };
+  /**
+   * CPU time of the whole process (every thread) per job, µs, per run: `enqueue` and `c<N>`
+   * for processing at concurrency N. Less moved by other load on a shared machine than wall
+   * time (bench/sqlite-throughput.ts only).
+   */
+  cpuUsPerJob?: Record<string, number[]>;
   notes: string[];
 }
 
@@ -103,6 +109,7 @@ export function reportResult(r: {
   enqueue: number[];
   processed: Record<string, number[]>;
   latencyMs: LatencySummary;
+  cpuUsPerJob?: Record<string, number[]>;
   notes: string[];
 }): BenchResult {
   const result: BenchResult = {
@@ -113,6 +120,7 @@ export function reportResult(r: {
     processedPerSec: Object.fromEntries(Object.entries(r.processed).map(([c, list]) => [c, median(list)])),
     latencyMs: r.latencyMs,
     samples: { enqueuePerSec: r.enqueue, processedPerSec: r.processed },
+    ...(r.cpuUsPerJob ? { cpuUsPerJob: r.cpuUsPerJob } : {}),
     notes: r.notes,
   };
   printResult(result);
@@ -125,6 +133,9 @@ export function printResult(r: BenchResult): void {
   const rows: string[][] = [[`enqueue (bulk), jobs/s`, fmtRate(r.enqueuePerSec), r.samples.enqueuePerSec.map(fmtRate).join(' / ')]];
   for (const [c, v] of Object.entries(r.processedPerSec)) {
     rows.push([`processed c=${c}, jobs/s`, fmtRate(v), (r.samples.processedPerSec[c] ?? []).map(fmtRate).join(' / ')]);
+  }
+  for (const [phase, list] of Object.entries(r.cpuUsPerJob ?? {})) {
+    rows.push([`CPU µs/job, ${phase === 'enqueue' ? 'enqueue' : `processed ${phase.replace('c', 'c=')}`}`, median(list).toFixed(1), list.map((v) => v.toFixed(1)).join(' / ')]);
   }
   const l = r.latencyMs;
   if (l.samples > 0) {

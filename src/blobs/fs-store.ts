@@ -13,6 +13,7 @@ import { mkdir, open, readdir, rename, rm, rmdir, stat, unlink } from 'node:fs/p
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { abortReasonOr } from '../core/abort.js';
 import { Meter, toReadable } from './meter.js';
 import {
   assertBlobKey,
@@ -68,7 +69,8 @@ export class FsBlobStore implements BlobStore {
       await this.renameIntoPlace(temp, target);
     } catch (err) {
       await unlink(temp).catch(() => {});
-      throw err;
+      // Aborted: the signal's reason, as the S3 store rejects, not the pipeline's bare AbortError.
+      throw abortReasonOr(options.signal, err);
     }
     return meter.result();
   }

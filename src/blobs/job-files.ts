@@ -6,6 +6,7 @@
 import { FatalError } from '../core/errors.js';
 import type { JobSnapshot } from '../core/job.js';
 import type { ResultFileRecord, Store } from '../store/store.js';
+import type { StoreWriteRetry } from '../worker/store-retry.js';
 import { openBlobStore, resolveBlobStoreConfig, resolveUploadLimits, type UploadLimits } from './config.js';
 import type { ResultsHandle, UploadsHandle } from './handles.js';
 import { buildResultLinks } from './result-links.js';
@@ -52,21 +53,24 @@ export class JobFiles {
     if (this.ownsBlobs) await this.blobs.close();
   }
 
-  /** `ctx.results` of one attempt: records go to the store under the attempt's lease. */
-  results(store: Store, job: { id: string; lease: number }, onLeaseLost: () => void): ResultsHandle {
+  /**
+   * `ctx.results` of one attempt: records go to the store under the attempt's lease, each
+   * through `retry` (the worker's: it rides out a short outage of the store).
+   */
+  results(store: Store, job: { id: string; lease: number }, onLeaseLost: () => void, retry: StoreWriteRetry = (_what, write) => write()): ResultsHandle {
     const records: ResultRecords = {
       async record(file) {
-        const ok = await store.recordResult({ id: job.id, lease: job.lease, file, now: Date.now() });
+        const ok = await retry('result file', () => store.recordResult({ id: job.id, lease: job.lease, file, now: Date.now() }));
         if (!ok) onLeaseLost();
         return ok;
       },
       async unrecord(name) {
-        const ok = await store.unrecordResult({ id: job.id, lease: job.lease, name });
+        const ok = await retry('result file', () => store.unrecordResult({ id: job.id, lease: job.lease, name }));
         if (!ok) onLeaseLost();
         return ok;
       },
       async list() {
-        return (await store.listResults({ ids: [job.id] })).get(job.id) ?? [];
+        return (await retry('result file list', () => store.listResults({ ids: [job.id] }))).get(job.id) ?? [];
       },
     };
     return createResultsWriter(this.blobs, job.id, records);

@@ -2,9 +2,11 @@
 import type { Command } from 'commander';
 import { LonghaulApiError, LonghaulClient } from '../client/index.js';
 import type { JobSnapshot } from '../core/job.js';
+import { idempotencyKeyProblem } from '../core/limits.js';
 import { isTerminal } from '../core/states.js';
-import { renderBar, renderLine } from './progress-bar.js';
+import { renderLine } from './progress-bar.js';
 import { CliError } from './runtime.js';
+import { outcomeLine, watchJob } from './watch.js';
 
 interface ClientFlags {
   url?: string;
@@ -45,9 +47,15 @@ function describeJob(job: JobSnapshot): string {
   return lines.join('\n');
 }
 
-function outcomeLine(end: JobSnapshot): string {
-  if (end.status === 'succeeded') return `succeeded${end.result !== null ? `: ${JSON.stringify(end.result)}` : ''}`;
-  return `${end.status}${end.error ? `: ${end.error.message}` : ''}`;
+/** The `ls` command line of the next page (filters repeated; never the URL or the API key). */
+function nextPageCommand(flags: { status?: string; type?: string; limit: string }, cursor: string): string {
+  const quote = (v: string) => (/^[\w.,:/=-]+$/.test(v) ? v : `'${v.replaceAll("'", "'\\''")}'`);
+  const args = ['longhaul ls'];
+  if (flags.status) args.push(`--status ${quote(flags.status)}`);
+  if (flags.type) args.push(`--type ${quote(flags.type)}`);
+  if (flags.limit !== '20') args.push(`--limit ${quote(flags.limit)}`);
+  args.push(`--cursor ${quote(cursor)}`);
+  return args.join(' ');
 }
 
 function parseInput(text: string | undefined): unknown {
@@ -59,34 +67,6 @@ function parseInput(text: string | undefined): unknown {
   }
 }
 
-/**
- * Follows a job until it ends: a bar redrawn in place on a terminal, one plain line per change
- * otherwise, or with `--json` one compact JSON snapshot per change (NDJSON; the last line is the
- * final snapshot).
- */
-async function watch(client: LonghaulClient, job: JobSnapshot, json: boolean): Promise<JobSnapshot> {
-  const tty = process.stdout.isTTY === true && !json;
-  let last = job;
-  let lastLine = '';
-  const show = (s: JobSnapshot) => {
-    last = s;
-    if (json) {
-      process.stdout.write(`${JSON.stringify(s)}\n`);
-    } else if (tty) {
-      // A pseudo-terminal may report 0 columns: fall back to 80.
-      process.stdout.write(`\r\x1b[2K${renderBar(s, process.stdout.columns || 80)}`);
-    } else {
-      const line = renderLine(s);
-      if (line !== lastLine) process.stdout.write(`${line}\n`);
-      lastLine = line;
-    }
-  };
-  show(job);
-  if (!isTerminal(job.status)) for await (const s of client.stream(job.id)) show(s);
-  if (tty) process.stdout.write('\n');
-  return last;
-}
-
 export function registerClientCommands(program: Command): void {
   const common = (cmd: Command) =>
     cmd
@@ -94,11 +74,21 @@ export function registerClientCommands(program: Command): void {
       .option('--api-key <key>', 'API key (LONGHAUL_API_KEY)')
       .option('--json', 'print JSON');
 
+  /** Follows the job to its end; exit 0 only when it succeeded. */
+  const follow = async (client: LonghaulClient, job: JobSnapshot, flags: ClientFlags) => {
+    const end = await watchJob(client, job, flags.json === true).catch((err: unknown) => {
+      throw new CliError(describeFailure(err, flags));
+    });
+    // With --json the last NDJSON line already is the final snapshot.
+    if (!flags.json) process.stdout.write(`${outcomeLine(end)}\n`);
+    if (end.status !== 'succeeded') process.exitCode = 1;
+  };
+
   common(program.command('submit').description('submit a job').argument('<type>', 'task type'))
     .option('--input <json>', 'task input as JSON')
     .option('--priority <p>', 'critical | high | normal | low')
     .option('--delay-ms <ms>', 'run later')
-    .option('--idempotency-key <key>', 'Idempotency-Key header')
+    .option('--idempotency-key <key>', 'Idempotency-Key header: 1 to 255 printable ASCII characters; the same key and request again returns the first job')
     .option('--watch', 'follow progress until the job ends; exit 1 if it fails or is cancelled (with --json: one JSON snapshot per line)')
     .action(async (type: string, flags: ClientFlags & { input?: string; priority?: string; delayMs?: string; idempotencyKey?: string; watch?: boolean }) => {
       const client = clientFrom(flags);
@@ -109,33 +99,39 @@ export function registerClientCommands(program: Command): void {
         if (!Number.isInteger(n) || n < 0) throw new CliError('--delay-ms must be a non-negative integer');
         options.delayMs = n;
       }
-      if (flags.idempotencyKey) options.idempotencyKey = flags.idempotencyKey;
-      const job = await client.submit(type, parseInput(flags.input), options).catch((err: unknown) => {
+      if (flags.idempotencyKey !== undefined) {
+        const problem = idempotencyKeyProblem(flags.idempotencyKey);
+        if (problem) throw new CliError(`--idempotency-key ${problem}`);
+        options.idempotencyKey = flags.idempotencyKey;
+      }
+      const { job, replayed } = await client.submitDetailed(type, parseInput(flags.input), options).catch((err: unknown) => {
+        throw new CliError(describeFailure(err, flags));
+      });
+      if (replayed)
+        process.stderr.write(
+          `note: replayed: idempotency key "${flags.idempotencyKey}" was already used for this same request; no new job was created, this is job ${job.id}\n`,
+        );
+      if (!flags.watch) return print(job, flags);
+      await follow(client, job, flags);
+    });
+
+  common(program.command('status').description("show a job's snapshot").argument('<id>'))
+    .option('--watch', 'follow the job until it ends, like submit --watch; exit 1 if it fails or is cancelled')
+    .action(async (id: string, flags: ClientFlags & { watch?: boolean }) => {
+      const client = clientFrom(flags);
+      const job = await client.get(id).catch((err: unknown) => {
         throw new CliError(describeFailure(err, flags));
       });
       if (!flags.watch) return print(job, flags);
-      const end = await watch(client, job, flags.json === true).catch((err: unknown) => {
-        throw new CliError(describeFailure(err, flags));
-      });
-      // With --json the last NDJSON line already is the final snapshot.
-      if (!flags.json) process.stdout.write(`${outcomeLine(end)}\n`);
-      if (end.status !== 'succeeded') process.exitCode = 1;
+      await follow(client, job, flags);
     });
-
-  common(program.command('status').description("show a job's snapshot").argument('<id>')).action(async (id: string, flags: ClientFlags) => {
-    const job = await clientFrom(flags)
-      .get(id)
-      .catch((err: unknown) => {
-        throw new CliError(describeFailure(err, flags));
-      });
-    print(job, flags);
-  });
 
   common(program.command('ls').description('list jobs, newest first'))
     .option('--status <s>', 'filter by status (comma-separated)')
     .option('--type <t>', 'filter by task type')
     .option('--limit <n>', 'at most this many', '20')
-    .action(async (flags: ClientFlags & { status?: string; type?: string; limit: string }) => {
+    .option('--cursor <c>', 'the next page: the cursor a previous ls printed')
+    .action(async (flags: ClientFlags & { status?: string; type?: string; limit: string; cursor?: string }) => {
       const limit = Number(flags.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new CliError('--limit must be an integer from 1 to 1000');
       const page = await clientFrom(flags)
@@ -143,13 +139,15 @@ export function registerClientCommands(program: Command): void {
           limit,
           ...(flags.status ? { status: flags.status.split(',') as JobSnapshot['status'][] } : {}),
           ...(flags.type ? { type: flags.type } : {}),
+          ...(flags.cursor ? { cursor: flags.cursor } : {}),
         })
         .catch((err: unknown) => {
           throw new CliError(describeFailure(err, flags));
         });
       if (flags.json) return print(page, flags);
-      if (page.items.length === 0) process.stdout.write('no jobs\n');
+      if (page.items.length === 0) process.stdout.write(flags.cursor ? 'no more jobs\n' : 'no jobs\n');
       for (const j of page.items) process.stdout.write(`${j.id}  ${j.status.padEnd(9)}  ${j.type}  ${j.createdAt}\n`);
+      if (page.nextCursor) process.stderr.write(`more jobs: ${nextPageCommand(flags, page.nextCursor)}\n`);
     });
 
   for (const [name, description] of [
@@ -162,6 +160,11 @@ export function registerClientCommands(program: Command): void {
         throw new CliError(describeFailure(err, flags));
       });
       print(job, flags);
+      if (name === 'cancel' && !isTerminal(job.status)) {
+        process.stderr.write(
+          `note: cancellation requested: the handler was told to stop; the job ends as cancelled when it does (forced after the drain period). longhaul status ${id} --watch follows it\n`,
+        );
+      }
     });
   }
 }

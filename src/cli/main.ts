@@ -1,14 +1,20 @@
 #!/usr/bin/env node
 /** The `longhaul` command. */
+// First: it must be in place before anything loads node:sqlite.
+import './quiet-sqlite-warning.js';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { LonghaulError } from '../core/errors.js';
 import { Longhaul } from '../longhaul.js';
 import { registerClientCommands } from './client-commands.js';
+import { describeMigration } from './describe.js';
 import { CliError, makeLogger, redactUrl, runRuntime } from './runtime.js';
 
 const program = new Command();
-program.name('longhaul').description('Long-running jobs for web applications').showHelpAfterError();
+// dist/cli/main.js and src/cli/main.ts both sit two levels below the package root.
+const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+program.name('longhaul').description('Long-running jobs for web applications').version(version, '-V, --version', 'print the version').showHelpAfterError();
 
 const runtimeOptions = (cmd: Command) =>
   cmd
@@ -37,7 +43,7 @@ program
     // Several machines may run this at once: migrations take an advisory lock (PostgreSQL) or an
     // exclusive transaction (SQLite). No events channel: this process relays nothing.
     const lh = await Longhaul.open({ ...(o.database ? { database: o.database } : {}), logger: makeLogger(), channel: false });
-    process.stdout.write(`database ${redactUrl(lh.config.database)} is up to date\n`);
+    process.stdout.write(`database ${redactUrl(lh.config.database)}: ${describeMigration(lh.migration)}\n`);
     await lh.close();
   });
 

@@ -1,5 +1,6 @@
 /** Rendering a job's progress for a terminal: one line, redrawn in place. Pure functions. */
 import type { JobSnapshot } from '../core/job.js';
+import { isTerminal } from '../core/states.js';
 
 export function formatDuration(ms: number): string {
   const s = Math.max(0, Math.round(ms / 1000));
@@ -17,6 +18,7 @@ export function renderBar(job: JobSnapshot, width = 80): string {
   if (p.stage) parts.push(p.stage);
   if (p.itemsTotal !== null) parts.push(`${p.itemsDone ?? 0}/${p.itemsTotal}`);
   if (p.eta !== null && job.status === 'running') parts.push(`ETA ${formatDuration(p.eta)}`);
+  if (job.cancelRequested && !isTerminal(job.status)) parts.push('cancelling');
   const tail = parts.join('  ');
   const barWidth = Math.max(10, Math.min(40, width - tail.length - 4));
   const filled = Math.round((percent / 100) * barWidth);
@@ -31,6 +33,7 @@ export function renderLine(job: JobSnapshot): string {
   if (p.stage) bits.push(`stage=${p.stage}`);
   if (p.itemsTotal !== null) bits.push(`items=${p.itemsDone ?? 0}/${p.itemsTotal}`);
   if (p.eta !== null && job.status === 'running') bits.push(`eta=${formatDuration(p.eta)}`);
+  if (job.cancelRequested && !isTerminal(job.status)) bits.push('cancel-requested');
   if (job.error) bits.push(`error=${JSON.stringify(job.error.message)}`);
   return bits.join(' ');
 }

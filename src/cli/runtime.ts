@@ -2,11 +2,13 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino, { type Logger } from 'pino';
+import { type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
-import { buildServer } from '../server/app.js';
+import { buildServer, DEFAULT_STREAM_BUFFER_BYTES } from '../server/app.js';
 import { collectTasks, type Task } from '../tasks/define.js';
 import { exampleTasks } from '../tasks/examples.js';
+import { describeTasks } from './describe.js';
 
 export interface RuntimeFlags {
   database?: string;
@@ -45,15 +47,33 @@ export async function loadTasksModule(file: string): Promise<Task[]> {
   return tasks;
 }
 
-function intFlag(name: string, value: string | undefined, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  if (value === undefined || value === '') return fallback;
+/** A setting's value and the name to blame when it is refused: the flag when given, else its variable. */
+interface Setting {
+  name: string;
+  value: string | undefined;
+}
+
+export function setting(flag: string, flagValue: string | undefined, variable: string, env: Record<string, string | undefined> = process.env): Setting {
+  return flagValue !== undefined ? { name: flag, value: flagValue } : { name: variable, value: env[variable] };
+}
+
+export function intSetting({ name, value }: Setting, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (value === undefined || value.trim() === '') return fallback;
   const n = Number(value);
   if (!Number.isInteger(n) || n < min || n > max) throw new CliError(`${name} must be an integer from ${min} to ${max} (got "${value}")`);
   return n;
 }
 
 export function makeLogger(): Logger {
-  return pino({ level: process.env.LONGHAUL_LOG_LEVEL ?? 'info', name: 'longhaul' });
+  return pino({ level: logLevel('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul' });
+}
+
+function logLevel(variable: string, fallback: LogLevel): LogLevel {
+  try {
+    return logLevelFromEnv(variable, fallback);
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
 }
 
 /** How this process relays job events to the others, fit to print. */
@@ -65,14 +85,17 @@ function describeChannel(lh: Longhaul): string {
 export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: RuntimeFlags): Promise<void> {
   const env = process.env;
   const logger = makeLogger();
+  const httpLogLevel = logLevel('LONGHAUL_HTTP_LOG_LEVEL', 'warn');
   const tasksFile = flags.tasks ?? env.LONGHAUL_TASKS;
   const tasks: Task[] = mode === 'dev' ? [...exampleTasks] : [];
   if (tasksFile) tasks.push(...(await loadTasksModule(tasksFile)).filter((t) => !tasks.some((e) => e.type === t.type)));
   if (mode === 'worker' && tasks.length === 0) throw new CliError('longhaul worker needs --tasks FILE (or LONGHAUL_TASKS)');
   const host = flags.host ?? env.LONGHAUL_HOST ?? '127.0.0.1';
-  const port = intFlag('--port', flags.port ?? env.LONGHAUL_PORT, 8080, 0, 65535);
-  const concurrency = intFlag('--concurrency', flags.concurrency ?? env.LONGHAUL_CONCURRENCY, 10, 1, 10_000);
-  const drainMs = intFlag('--drain-ms', flags.drainMs, 10_000, 0);
+  const port = intSetting(setting('--port', flags.port, 'LONGHAUL_PORT'), 8080, 0, 65535);
+  const concurrency = intSetting(setting('--concurrency', flags.concurrency, 'LONGHAUL_CONCURRENCY'), 10, 1, 10_000);
+  const drainMs = intSetting({ name: '--drain-ms', value: flags.drainMs }, 10_000, 0);
+  const maxBodyBytes = intSetting({ name: 'LONGHAUL_MAX_BODY_BYTES', value: env.LONGHAUL_MAX_BODY_BYTES }, 1 << 20, 1);
+  const streamBufferBytes = intSetting({ name: 'LONGHAUL_STREAM_BUFFER_BYTES', value: env.LONGHAUL_STREAM_BUFFER_BYTES }, DEFAULT_STREAM_BUFFER_BYTES, 1024);
   const apiKeys = parseApiKeys(env.LONGHAUL_API_KEYS);
   const serves = mode !== 'worker';
   if (serves && apiKeys.length === 0 && !isLoopbackHost(host) && !flags.insecureNoAuth) {
@@ -81,6 +104,8 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
   const lh = await Longhaul.open({
     ...(flags.database ? { database: flags.database } : {}),
     ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
+    // Checked above, by the name it was given: a flag wins over LONGHAUL_CONCURRENCY, even a bad one.
+    concurrency,
     tasks,
     logger,
   });
@@ -92,16 +117,20 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       app = await buildServer({
         lh,
         apiKeys,
-        ...(env.LONGHAUL_MAX_BODY_BYTES ? { maxBodyBytes: intFlag('LONGHAUL_MAX_BODY_BYTES', env.LONGHAUL_MAX_BODY_BYTES, 1 << 20, 1) } : {}),
+        maxBodyBytes,
+        streamBufferBytes,
         ...(env.LONGHAUL_STREAM_TOKEN_SECRET ? { streamTokenSecret: env.LONGHAUL_STREAM_TOKEN_SECRET } : {}),
-        logger: logger.child({ component: 'http' }, { level: env.LONGHAUL_HTTP_LOG_LEVEL ?? 'warn' }),
+        logger: logger.child({ component: 'http' }, { level: httpLogLevel }),
       });
       const address = await app.listen({ host, port });
       const base = address.replace('[::1]', 'localhost');
       process.stdout.write(
         `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n  files      ${(await lh.files()).blobs.description}\n` +
           (lh.channel ? `  events     ${describeChannel(lh)}\n` : '') +
-          (mode === 'dev' ? `  tasks      ${[...lh.tasks.keys()].join(', ')}\n  try        curl -si -X POST ${base}/v1/jobs -H 'content-type: application/json' -d '{"type":"demo.sleep","input":{"steps":20}}'\n` : ''),
+          `  tasks      ${describeTasks([...lh.tasks.keys()])}\n` +
+          (mode === 'dev'
+            ? `  try        curl -si -X POST ${base}/v1/jobs -H 'content-type: application/json' -d '{"type":"demo.sleep","input":{"steps":20}}'\n`
+            : ''),
       );
     } else {
       process.stdout.write(
@@ -134,6 +163,16 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       }
     })();
   };
+  // An error nothing handled means this process's state is unknown: log it once, with its
+  // stack, and exit non-zero so the supervisor starts a fresh process. Nothing accepted is lost
+  // (every job is durable; a running job's lease expires and the sweeper hands it on), while
+  // carrying on could leave a half-done write, a stuck worker slot or a leak behind.
+  const crash = (kind: string) => (err: unknown) => {
+    logger.fatal({ err, kind }, 'unexpected error: exiting so that a supervisor restarts the process');
+    process.exit(70);
+  };
+  process.on('uncaughtException', crash('uncaughtException'));
+  process.on('unhandledRejection', crash('unhandledRejection'));
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
 }

@@ -7,6 +7,7 @@
  * resume, fall back to polling and be aborted under our control).
  */
 import type { JobSnapshot, Priority } from '../core/job.js';
+import { idempotencyKeyProblem } from '../core/limits.js';
 import { isTerminal, type JobState } from '../core/states.js';
 import { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
 import { readSse, type SseItem, SseParser } from './sse.js';
@@ -60,7 +61,7 @@ export interface SubmitOptions extends RequestOptions {
   maxAttempts?: number;
   timeoutMs?: number;
   metadata?: Record<string, unknown> | null;
-  /** Sent as the `Idempotency-Key` header (at most 255 characters). */
+  /** Sent as the `Idempotency-Key` header: 1 to 255 printable ASCII characters (else a TypeError, before any request). */
   idempotencyKey?: string;
   /** Notify this URL (Standard Webhooks) when the job succeeds, fails or is cancelled; `secret` is `whsec_...`. */
   webhook?: { url: string; secret?: string };
@@ -241,7 +242,12 @@ export class LonghaulClient {
     if (options.metadata !== undefined) body.metadata = options.metadata;
     if (options.webhook !== undefined) body.webhook = options.webhook;
     const headers: Record<string, string> = {};
-    if (options.idempotencyKey !== undefined) headers['idempotency-key'] = options.idempotencyKey;
+    if (options.idempotencyKey !== undefined) {
+      // fetch() would refuse a non-ASCII header with a message about "ByteString"s; say what is wrong.
+      const problem = idempotencyKeyProblem(options.idempotencyKey);
+      if (problem) throw new TypeError(`idempotencyKey ${problem}`);
+      headers['idempotency-key'] = options.idempotencyKey;
+    }
     const res = await this.request('POST', '/v1/jobs', { body, headers, signal: options.signal });
     const job = (await res.json()) as JobSnapshot;
     return {

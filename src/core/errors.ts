@@ -2,6 +2,7 @@
  * Errors that steer jobs (thrown by handlers) and the typed errors of the library API.
  * Every library error carries a stable `code` and the HTTP status the API maps it to.
  */
+import { escapeUnstorable } from './storable.js';
 
 /** Thrown by a handler: do not retry, the job goes straight to `failed`. */
 export class FatalError extends Error {
@@ -45,9 +46,24 @@ function statusOf(err: object): number | undefined {
 /**
  * Retryable or fatal. FatalError, validation errors (zod's ZodError, a `name` ending in
  * ValidationError) and 4xx-like errors (a `status`/`statusCode` of 400–499 other than 408
- * and 429) are fatal; RetryableError and everything unknown retries.
+ * and 429) are fatal; RetryableError and everything unknown retries. The message and code are
+ * diagnostic text: U+0000 and lone surrogates in them are escaped (core/storable.ts), so that
+ * every store can keep them.
  */
 export function classifyError(err: unknown): Classified {
+  const c = classifyRaw(err);
+  c.error = storableJobError(c.error);
+  return c;
+}
+
+/** A JobError every store can keep: its message and code escaped (see core/storable.ts). */
+export function storableJobError(e: JobError): JobError {
+  const message = typeof e.message === 'string' ? escapeUnstorable(e.message) : safeString(e.message);
+  const code = typeof e.code === 'string' ? escapeUnstorable(e.code) : safeString(e.code);
+  return message === e.message && code === e.code ? e : { ...e, message, code };
+}
+
+function classifyRaw(err: unknown): Classified {
   if (err instanceof RetryableError) {
     return { error: { message: err.message, code: err.code, retryable: true }, ...(err.delayMs === undefined ? {} : { delayMs: err.delayMs }) };
   }
@@ -64,9 +80,13 @@ export function classifyError(err: unknown): Classified {
 
 function safeString(value: unknown): string {
   try {
-    return JSON.stringify(value) ?? String(value);
+    return escapeUnstorable(JSON.stringify(value) ?? String(value));
   } catch {
-    return String(value);
+    try {
+      return escapeUnstorable(String(value));
+    } catch {
+      return Object.prototype.toString.call(value);
+    }
   }
 }
 
@@ -103,8 +123,26 @@ export class InputValidationError extends LonghaulError {
   }
 }
 
+/**
+ * A submission holding a string no store accepts (U+0000, a lone surrogate), as a value or a
+ * key, in its input, metadata, idempotency key, tenant or parent id (see core/storable.ts).
+ */
+export class UnstorableValueError extends LonghaulError {
+  constructor(
+    readonly path: string,
+    /** What is wrong there, without the path (the field error's message). */
+    readonly issue: string,
+  ) {
+    super(`${path}: ${issue}`, 'UNSTORABLE_STRING', 422, [{ path, message: issue }] satisfies FieldIssue[]);
+  }
+}
+
 export class InvalidOptionsError extends LonghaulError {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    /** The option at fault (`runAt`, `limit`, `webhook.url`...), when one is. */
+    readonly field?: string,
+  ) {
     super(message, 'INVALID_OPTIONS', 400);
   }
 }

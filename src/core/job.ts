@@ -92,7 +92,13 @@ export interface JobSnapshot {
   results: ResultFileLink[];
   /** Downloads of the job's result files so far (each download counted once). */
   downloads: number;
+  /**
+   * Why the job is in its current state: set while it is `retrying`, `failed` or `cancelled`,
+   * null otherwise (a new attempt running, or done). The failure of an earlier attempt is `lastError`.
+   */
   error: JobError | null;
+  /** The error of the latest attempt that failed (or of the cancel), kept after a retry or a later success. */
+  lastError: JobError | null;
   attempts: number;
   maxAttempts: number;
   cancelRequested: boolean;
@@ -121,6 +127,9 @@ function iso(ms: number | null): string | null {
   return lastIso;
 }
 
+/** The states a job is in because of its error (the snapshot's `error` is set only in these). */
+export const ERROR_STATES: ReadonlySet<JobState> = new Set<JobState>(['retrying', 'failed', 'cancelled']);
+
 export function toSnapshot(job: JobRecord, basePath = '/v1/jobs'): JobSnapshot {
   const self = `${basePath}/${job.id}`;
   const progress = job.state === 'succeeded' && job.progress.percent !== 100 ? { ...job.progress, percent: 100, eta: 0 } : job.progress;
@@ -136,7 +145,8 @@ export function toSnapshot(job: JobRecord, basePath = '/v1/jobs'): JobSnapshot {
     resultUrl: null,
     results: [],
     downloads: 0,
-    error: job.error,
+    error: ERROR_STATES.has(job.state) ? job.error : null,
+    lastError: job.error,
     attempts: job.attempts,
     maxAttempts: job.maxAttempts,
     cancelRequested: job.cancelRequested,

@@ -26,3 +26,17 @@ export function jsonDepth(value: unknown, limit = MAX_JSON_DEPTH + 1): number {
   }
   return deepest;
 }
+
+/**
+ * Why an `Idempotency-Key` header value is refused, or null when it is fine: 1 to 255 printable
+ * ASCII characters (the header is a structured-field string; HTTP carries no other text).
+ */
+export function idempotencyKeyProblem(key: string): string | null {
+  if (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY) return `must be 1 to ${MAX_IDEMPOTENCY_KEY} characters (got ${key.length})`;
+  const bad = /[^\x20-\x7e]/.exec(key);
+  if (bad) {
+    const cp = bad[0].codePointAt(0) ?? 0;
+    return `must be printable ASCII (HTTP headers carry no other text): character ${bad.index + 1} is U+${cp.toString(16).toUpperCase().padStart(4, '0')}`;
+  }
+  return null;
+}

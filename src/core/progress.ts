@@ -1,4 +1,5 @@
 /** Progress values, how updates merge, and the ETA estimate from recent throughput. */
+import { escapeUnstorable } from './storable.js';
 
 export interface Progress {
   percent: number | null;
@@ -35,9 +36,16 @@ function clampPercent(p: number): number {
   return Math.min(100, Math.max(0, Math.round(p * 100) / 100));
 }
 
+/** A stage or message as kept: diagnostic text, with U+0000 and lone surrogates escaped (core/storable.ts). */
+function text(value: string | undefined, current: string | null): string | null {
+  if (value === undefined || value === null) return current;
+  return typeof value === 'string' ? escapeUnstorable(value) : value;
+}
+
 /**
  * Applies an update. Items imply a percent when no percent is given; an explicit percent
- * wins. A number (`ctx.progress(42)`) is shorthand for a percent.
+ * wins. A number (`ctx.progress(42)`) is shorthand for a percent. The stage and message are
+ * escaped where no store could keep them (see core/storable.ts).
  */
 export function mergeProgress(current: Progress, update: ProgressUpdate | number, at: number): Progress {
   const u: ProgressUpdate = typeof update === 'number' ? { percent: update } : update;
@@ -50,10 +58,10 @@ export function mergeProgress(current: Progress, update: ProgressUpdate | number
   }
   return {
     percent,
-    stage: u.stage ?? current.stage,
+    stage: text(u.stage, current.stage),
     itemsDone,
     itemsTotal,
-    message: u.message ?? current.message,
+    message: text(u.message, current.message),
     eta: current.eta,
     updatedAt: new Date(at).toISOString(),
   };

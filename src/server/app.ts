@@ -8,6 +8,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequ
 import type { Logger } from 'pino';
 import type { Longhaul } from '../longhaul.js';
 import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER, tenantForKey } from './auth.js';
+import { clientErrorHandler, sendShuttingDown } from './client-errors.js';
 import { FeedHub, JobHub } from './hub.js';
 import { HttpProblem, problemHandler, sendProblem } from './problem.js';
 import { registerJobRoutes } from './routes/jobs.js';
@@ -28,6 +29,12 @@ export interface ServerOptions {
   streamTokenSecret?: string;
   /** SSE keepalive comment interval. Default 15 000 ms. */
   keepaliveMs?: number;
+  /**
+   * Bytes a stream (SSE response or WebSocket) may hold unsent for a client that does not read;
+   * past it the connection is dropped (the client may reconnect, with `Last-Event-ID` for SSE).
+   * Default 256 KiB.
+   */
+  streamBufferBytes?: number;
   logger?: Logger | false;
   /**
    * Uploads and result files. Default `true`: the Longhaul instance's blob storage and URL
@@ -42,9 +49,13 @@ export interface AppContext {
   feed: FeedHub;
   tokens: StreamTokens;
   keepaliveMs: number;
+  streamBufferBytes: number;
   authEnabled: boolean;
+  log: FastifyBaseLogger;
   /** Closers of the open SSE responses: ended on shutdown, or app.close() would wait for them forever. */
   streams: Set<() => void>;
+  /** Set when close() begins: later requests (on kept-alive connections) get a 503 problem. */
+  closing: boolean;
 }
 
 declare module 'fastify' {
@@ -60,6 +71,8 @@ declare module 'fastify' {
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json(?:\s*;.*)?$/i;
 
 const MAX_JSON_DEPTH = 256;
+
+export const DEFAULT_STREAM_BUFFER_BYTES = 256 * 1024;
 
 /** Whether arrays/objects in `value` nest more than `max` levels (iterative: safe on any depth). */
 function nestsDeeperThan(value: unknown, max: number): boolean {
@@ -83,10 +96,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     loggerInstance: (options.logger || undefined) as FastifyBaseLogger | undefined,
     bodyLimit: options.maxBodyBytes ?? 1024 * 1024,
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: true } },
-    // Routes answer 404 problems themselves; query strings stay strings (parsed by the routes).
-    return503OnClosing: true,
+    // Requests arriving while the server closes get a problem (the onRequest hook below), not
+    // Fastify's plain JSON 503.
+    return503OnClosing: false,
     // Malformed URLs (bad percent-encoding, over-long params) are problems like everything else.
     frameworkErrors: (err, request, reply) => problemHandler(err, request, reply),
+    // So are requests Node's parser refuses before Fastify sees them (431, 408, 400).
+    clientErrorHandler,
   });
   const ctx: AppContext = {
     lh: options.lh,
@@ -94,9 +110,16 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     feed: new FeedHub(options.lh),
     tokens: new StreamTokens(options.streamTokenSecret),
     keepaliveMs: options.keepaliveMs ?? 15_000,
+    streamBufferBytes: options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES,
     authEnabled: keys.length > 0,
+    log: app.log,
     streams: new Set(),
+    closing: false,
   };
+  app.addHook('onRequest', (_request, reply, done) => {
+    if (ctx.closing) return sendShuttingDown(reply);
+    done();
+  });
 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSON_TYPE, { parseAs: 'string' }, (_req, body, done) => {
@@ -202,12 +225,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   // WebSockets are served from the server's upgrade event, outside Fastify's request cycle.
   acceptWebSockets(app, {
+    log: app.log,
     authorize: (request, token) => authorize(request.headers.authorization, token, true),
     session: webSocketSession(ctx),
   });
 
   // Hijacked SSE responses keep their connections busy; end them before the server closes.
   app.addHook('preClose', (done) => {
+    ctx.closing = true;
     for (const close of [...ctx.streams]) close();
     done();
   });

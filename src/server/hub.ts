@@ -35,7 +35,8 @@ export class JobHub {
     if (!entry) {
       const created: Entry = { listeners: new Set(), last: undefined, controller: new AbortController(), fresh: new Set() };
       this.entries.set(id, created);
-      void this.run(id, created);
+      // run() ends every listener itself; a throw from one of them is logged, never unhandled.
+      this.run(id, created).catch((err) => this.lh.logger.error({ err, jobId: id }, 'job stream fan-out failed'));
       entry = created;
     }
     entry.listeners.add(listener);
@@ -86,6 +87,7 @@ export class FeedHub {
   private readonly listeners = new Map<string, Set<FeedListener>>();
   private readonly pending = new Map<string, string>(); // job id → tenant
   private flushScheduled = false;
+  private flushing: Promise<void> = Promise.resolve();
   private readonly offs: (() => void)[] = [];
 
   constructor(private readonly lh: Longhaul) {
@@ -94,7 +96,11 @@ export class FeedHub {
       this.pending.set(id, tenant);
       if (!this.flushScheduled) {
         this.flushScheduled = true;
-        setImmediate(() => void this.flush());
+        // One flush at a time: two overlapping ones could read a job on two pool connections
+        // (PostgreSQL) and deliver its older snapshot after its newer one.
+        setImmediate(() => {
+          this.flushing = this.flushing.then(() => this.flush());
+        });
       }
     };
     this.offs.push(

@@ -3,7 +3,8 @@
  * RFC 9457 problem+json document with a stable `code`.
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { InputValidationError, LonghaulError, QueueFullError } from '../core/errors.js';
+import { isTransientStoreError } from '../core/store-errors.js';
+import { InputValidationError, InvalidOptionsError, LonghaulError, QueueFullError, UnstorableValueError } from '../core/errors.js';
 
 export interface FieldError {
   path: string;
@@ -16,6 +17,7 @@ const TITLES: Record<number, string> = {
   403: 'Forbidden',
   404: 'Not Found',
   405: 'Method Not Allowed',
+  408: 'Request Timeout',
   409: 'Conflict',
   410: 'Gone',
   413: 'Content Too Large',
@@ -23,6 +25,7 @@ const TITLES: Record<number, string> = {
   415: 'Unsupported Media Type',
   422: 'Unprocessable Content',
   429: 'Too Many Requests',
+  431: 'Request Header Fields Too Large',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
 };
@@ -61,11 +64,23 @@ export function sendProblem(reply: FastifyReply, problem: HttpProblem, instance?
   return reply.code(problem.status).type('application/problem+json').send(problemBody(problem, instance));
 }
 
+/**
+ * `400 INVALID_REQUEST`: a field of the request (body, query or path parameter) has a value the
+ * API refuses; `errors` names the fields. The one code for that kind of mistake, whichever layer
+ * found it (the route schema, the route, or the library behind it).
+ */
+export function invalidRequest(detail: string, errors: FieldError[] = []): HttpProblem {
+  return new HttpProblem(400, 'INVALID_REQUEST', detail, errors.length > 0 ? { errors } : {});
+}
+
 /** Maps any thrown value to a problem; unknown errors become a 500 without internals. */
 export function toProblem(err: unknown): HttpProblem {
   if (err instanceof HttpProblem) return err;
   if (err instanceof InputValidationError) return new HttpProblem(422, err.code, err.message, { errors: err.issues });
+  if (err instanceof UnstorableValueError) return new HttpProblem(err.status, err.code, err.message, { errors: [{ path: err.path, message: err.issue }] });
   if (err instanceof QueueFullError) return new HttpProblem(503, err.code, err.message, { retryAfterSeconds: 5 });
+  // Over HTTP a bad option is a bad request field like any other: one code, the field named.
+  if (err instanceof InvalidOptionsError) return invalidRequest(err.message, err.field === undefined ? [] : [{ path: err.field, message: err.message }]);
   if (err instanceof LonghaulError) return new HttpProblem(err.status, err.code, err.message);
   const fe = err as FastifyError;
   if (fe && Array.isArray(fe.validation)) {
@@ -76,22 +91,25 @@ export function toProblem(err: unknown): HttpProblem {
           ? `unknown field "${String((v.params as { additionalProperty?: string }).additionalProperty)}"`
           : v.keyword === 'required'
             ? `"${String((v.params as { missingProperty?: string }).missingProperty)}" is required`
-            : (v.message ?? 'is invalid'),
+            : v.keyword === 'enum'
+              ? `must be one of ${((v.params as { allowedValues?: unknown[] }).allowedValues ?? []).map(String).join(', ')}`
+              : (v.message ?? 'is invalid'),
     }));
     const where = fe.validationContext === 'body' ? 'request body' : (fe.validationContext ?? 'request');
-    return new HttpProblem(400, 'INVALID_REQUEST', `${where} is invalid: ${errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; ')}`, {
-      errors,
-    });
+    return invalidRequest(`${where} is invalid: ${errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; ')}`, errors);
   }
   if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
     const codes: Record<number, string> = { 400: 'BAD_REQUEST', 404: 'NOT_FOUND', 405: 'METHOD_NOT_ALLOWED', 413: 'PAYLOAD_TOO_LARGE', 414: 'URI_TOO_LONG', 415: 'UNSUPPORTED_MEDIA_TYPE' };
     return new HttpProblem(fe.statusCode, codes[fe.statusCode] ?? 'BAD_REQUEST', fe.message);
   }
+  // The database could not be reached or was busy: the same request succeeds later.
+  if (isTransientStoreError(err)) return new HttpProblem(503, 'DATABASE_UNAVAILABLE', 'the database is not answering; try again', { retryAfterSeconds: 2 });
   return new HttpProblem(500, 'INTERNAL', 'internal error');
 }
 
 export function problemHandler(err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const problem = toProblem(err);
   if (problem.status >= 500 && problem.code === 'INTERNAL') request.log.error({ err }, 'unhandled error');
+  else if (problem.code === 'DATABASE_UNAVAILABLE') request.log.warn({ err, url: request.url }, 'database unavailable: answered 503');
   return sendProblem(reply, problem, request.url.split('?')[0]);
 }

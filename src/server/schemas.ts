@@ -47,6 +47,12 @@ export const snapshotSchema = {
     downloads: { type: 'integer', description: "downloads of the job's result files" },
     error: {
       type: ['object', 'null'],
+      description: 'why the job is retrying, failed or cancelled; null in every other status',
+      properties: { message: { type: 'string' }, code: { type: 'string' }, retryable: { type: 'boolean' } },
+    },
+    lastError: {
+      type: ['object', 'null'],
+      description: 'the error of the latest failed attempt (or cancel), kept while a new attempt runs and after a success',
       properties: { message: { type: 'string' }, code: { type: 'string' }, retryable: { type: 'boolean' } },
     },
     attempts: { type: 'integer' },
@@ -142,7 +148,7 @@ export const routeSchemas = {
       properties: {
         status: { type: 'string', description: 'one status or several, comma-separated' },
         type: { type: 'string' },
-        limit: { type: 'string', pattern: '^[0-9]+$', description: '1 to 1000, default 50' },
+        limit: { type: 'string', description: 'an integer from 1 to 1000, default 50' },
         cursor: { type: 'string' },
       },
     },

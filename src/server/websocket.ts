@@ -7,7 +7,7 @@
  */
 import { type IncomingMessage, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Caller } from './auth.js';
 import { HttpProblem, problemBody } from './problem.js';
@@ -16,6 +16,7 @@ const WS_PATH = '/v1/ws';
 const MAX_PAYLOAD = 64 * 1024;
 
 export interface WebSocketOptions {
+  log: FastifyBaseLogger;
   /** The caller of an upgrade, or the problem that refuses it (`token`: the `?token=` value). */
   authorize(request: IncomingMessage, token: string | null): Caller | HttpProblem;
   /** Serves one accepted socket. */
@@ -35,7 +36,19 @@ export function acceptWebSockets(app: FastifyInstance, options: WebSocketOptions
     if (decodedPath(url.pathname) !== WS_PATH) return refuse(socket, new HttpProblem(404, 'NOT_FOUND', `no WebSocket endpoint at ${url.pathname}`));
     const caller = options.authorize(request, url.searchParams.get('token'));
     if (caller instanceof HttpProblem) return refuse(socket, caller);
-    wss.handleUpgrade(request, socket, head, (ws) => options.session(ws, caller));
+    wss.handleUpgrade(request, socket, head, (ws) => {
+      // A protocol error (a frame over MAX_PAYLOAD: 1009, invalid UTF-8: 1007, a bad opcode or
+      // an unmasked frame: 1002) is emitted here after `ws` has already started the close with
+      // that code; without a listener it would be thrown and stop the process. The 'close'
+      // event that follows releases the session's subscriptions.
+      ws.on('error', (err: Error & { code?: string }) => {
+        options.log.warn(
+          { err: { message: err.message, code: err.code }, remote: request.socket.remoteAddress, tenant: caller.tenant },
+          'WebSocket closed on a protocol error',
+        );
+      });
+      options.session(ws, caller);
+    });
   };
   app.server.on('upgrade', onUpgrade);
   // Open sockets would keep app.close() waiting: they are closed (1001, going away) first.

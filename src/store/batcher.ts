@@ -2,7 +2,13 @@
  * Group commit: calls that arrive within one event-loop turn are written together in one
  * store call (one transaction), and each caller resolves only after that write committed.
  * Under load this turns N commits into one; alone, a call waits one `setImmediate`.
+ *
+ * One caller's data must not fail the others: when the store refuses a batch of several for
+ * anything but a passing outage (`isTransientStoreError`), each item is written again alone,
+ * so only the items refused on their own reject.
  */
+import { isTransientStoreError } from '../core/store-errors.js';
+
 export class Batcher<I, O> {
   private queue: { item: I; resolve: (o: O) => void; reject: (e: unknown) => void }[] = [];
   private scheduled = false;
@@ -36,7 +42,18 @@ export class Batcher<I, O> {
         b.resolve(out[i] as O);
       });
     } catch (err) {
-      for (const b of batch) b.reject(err);
+      if (batch.length > 1 && !isTransientStoreError(err)) {
+        for (const b of batch) {
+          try {
+            const [out] = await this.write([b.item]);
+            b.resolve(out as O);
+          } catch (own) {
+            b.reject(own);
+          }
+        }
+      } else {
+        for (const b of batch) b.reject(err);
+      }
     } finally {
       this.flushing = false;
       if (this.queue.length > 0) this.schedule();

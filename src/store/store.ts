@@ -267,11 +267,25 @@ export interface WebhookDeliveryEntry {
   responseSnippet: string | null;
 }
 
+/** What `migrate()` did: `from` is the version found (0: no schema yet), `to` the version now. */
+export interface MigrationResult {
+  from: number;
+  to: number;
+}
+
 export interface Store {
   readonly dialect: 'sqlite' | 'postgres';
-  /** Creates or upgrades the schema; safe to run concurrently from several processes. */
-  migrate(): Promise<void>;
+  /**
+   * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
+   * the schema version found and the one left (equal when there was nothing to do).
+   */
+  migrate(): Promise<MigrationResult>;
   close(): Promise<void>;
+  /**
+   * One cheap read of Longhaul's own schema: resolves when the database answers and is migrated,
+   * rejects otherwise (readiness probes, `GET /readyz`).
+   */
+  ping(): Promise<void>;
 
   insertJob(params: InsertJobParams): Promise<InsertResult>;
   /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */

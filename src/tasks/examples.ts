@@ -1,5 +1,6 @@
 /** Built-in example tasks registered by `longhaul dev`. */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { withAbortReason } from '../core/abort.js';
 import { csvImport } from './csv-import.js';
 import { defineTask } from './define.js';
 import { reportGenerate } from './report-generate.js';
@@ -26,7 +27,7 @@ export const demoSleep = defineTask<Record<string, unknown>, { steps: number; re
     if (resumedFrom > 0) ctx.log.info({ resumedFrom }, 'resuming from checkpoint');
     ctx.progress({ stage: 'sleeping', itemsDone: resumedFrom, itemsTotal: steps });
     for (let step = resumedFrom + 1; step <= steps; step++) {
-      await sleep(stepMs, undefined, { signal: ctx.signal });
+      await withAbortReason(ctx.signal, sleep(stepMs, undefined, { signal: ctx.signal }));
       await ctx.checkpoint.save({ step });
       ctx.progress({ itemsDone: step, message: `step ${step} of ${steps}` });
     }

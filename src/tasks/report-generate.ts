@@ -13,7 +13,7 @@ import { createReadStream } from 'node:fs';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { addAbortSignal, pipeline, Transform } from 'node:stream';
+import { pipeline, Transform } from 'node:stream';
 import type { ResultFile } from '../blobs/handles.js';
 import { type BlobTaskContext, withBlobs } from './blob-context.js';
 import { defineTask } from './define.js';
@@ -21,6 +21,7 @@ import { renderCsv } from './report/render-csv.js';
 import { renderPdf } from './report/render-pdf.js';
 import { readSpool, type SalesTotals, spoolSales } from './report/sales-data.js';
 import { type StageWeight, weightedPercent } from './report/weighted-stages.js';
+import { destroyOnAbort } from './stream-abort.js';
 
 export type ReportFormat = 'csv' | 'pdf';
 
@@ -85,6 +86,8 @@ export async function runReport(input: ReportInput, ctx: BlobTaskContext): Promi
       const size = (await stat(rendered)).size;
       let sent = 0;
       report('upload', 0, { message: `uploading ${size} bytes` });
+      // A cancel that came meanwhile (even from the progress call above) stops here, before any stream exists.
+      ctx.signal.throwIfAborted();
       const meter = new Transform({
         transform(chunk: Buffer, _encoding, callback) {
           sent += chunk.length;
@@ -92,10 +95,10 @@ export async function runReport(input: ReportInput, ctx: BlobTaskContext): Promi
           callback(null, chunk);
         },
       });
-      addAbortSignal(ctx.signal, meter);
       const body = pipeline(createReadStream(rendered), meter, () => {
         // Errors (and an abort) reach ctx.results.write through `meter`.
       });
+      destroyOnAbort(ctx.signal, meter);
       const written = await ctx.results.write(name, body, { contentType: CONTENT_TYPES[format] });
       ctx.signal.throwIfAborted();
       report('upload', 1, { message: `${name} uploaded` });

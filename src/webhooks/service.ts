@@ -15,9 +15,10 @@
  */
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { FatalError, LonghaulError, RetryableError } from '../core/errors.js';
+import { FatalError, InvalidOptionsError, LonghaulError, RetryableError, UnstorableValueError } from '../core/errors.js';
 import { uuidv7 } from '../core/ids.js';
 import type { JobSnapshot } from '../core/job.js';
+import { escapeUnstorable, findUnstorable, hasUnstorable, unstorableIssue } from '../core/storable.js';
 import type { InsertResult, NewJob, Store } from '../store/store.js';
 import { defineTask, type Task } from '../tasks/define.js';
 import { DEFAULT_WEBHOOK_TIMEOUT_MS, deliverWebhook } from './deliver.js';
@@ -86,9 +87,9 @@ export class WebhookRefusedError extends LonghaulError {
 }
 
 /** Shape errors of the `webhook` option: 400. */
-export class InvalidWebhookError extends LonghaulError {
-  constructor(message: string) {
-    super(message, 'INVALID_OPTIONS', 400);
+export class InvalidWebhookError extends InvalidOptionsError {
+  constructor(message: string, field = 'webhook') {
+    super(message, field);
   }
 }
 
@@ -104,13 +105,17 @@ export async function checkWebhookOption(option: unknown, config: WebhookConfig)
   const { url, secret, ...rest } = option as Record<string, unknown>;
   const unknown = Object.keys(rest);
   if (unknown.length > 0) throw new InvalidWebhookError(`webhook has unknown field "${unknown[0]}" (expected url and secret)`);
-  if (typeof url !== 'string' || url === '' || url.length > MAX_WEBHOOK_URL) throw new InvalidWebhookError(`webhook.url must be a string of 1 to ${MAX_WEBHOOK_URL} characters`);
+  if (typeof url !== 'string' || url === '' || url.length > MAX_WEBHOOK_URL) throw new InvalidWebhookError(`webhook.url must be a string of 1 to ${MAX_WEBHOOK_URL} characters`, 'webhook.url');
+  if (hasUnstorable(url)) {
+    const at = findUnstorable(url, 'webhook.url');
+    if (at) throw new UnstorableValueError(at.path, unstorableIssue(at));
+  }
   if (secret !== undefined) {
-    if (typeof secret !== 'string') throw new InvalidWebhookError('webhook.secret must be a string (whsec_<base64>)');
+    if (typeof secret !== 'string') throw new InvalidWebhookError('webhook.secret must be a string (whsec_<base64>)', 'webhook.secret');
     try {
       parseWebhookSecret(secret, 'webhook.secret');
     } catch (err) {
-      throw new InvalidWebhookError((err as Error).message);
+      throw new InvalidWebhookError((err as Error).message, 'webhook.secret');
     }
   }
   const check = await checkWebhookUrl(url, { allowlist: config.allowlist, ...(config.resolve ? { resolve: config.resolve } : {}) });
@@ -185,9 +190,10 @@ export function webhookTask(deps: WebhookTaskDeps): Task {
         url: redactWebhookUrl(target.url),
         status: result.status,
         ok: result.ok,
-        error: result.error,
+        // Diagnostic text, from the receiver: escaped where no store could keep it (core/storable.ts).
+        error: result.error === null ? null : escapeUnstorable(result.error),
         durationMs: result.durationMs,
-        responseSnippet: result.responseSnippet,
+        responseSnippet: result.responseSnippet === null ? null : escapeUnstorable(result.responseSnippet),
       });
       if (result.ok) return { delivered: true, status: result.status, attempt: ctx.attempt };
       if (result.gone) throw new FatalError('the receiver answered 410 Gone: no further attempts', { code: 'WEBHOOK_GONE' });

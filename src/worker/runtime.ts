@@ -13,17 +13,22 @@ import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
 import { NO_RESULTS, NO_UPLOADS } from '../blobs/job-files.js';
-import { classifyError, type JobError } from '../core/errors.js';
+import { classifyError, FatalError, type JobError } from '../core/errors.js';
 import { uuidv7 } from '../core/ids.js';
 import type { JobRecord } from '../core/job.js';
 import { checkpointUsable, decideAfterFailure } from '../core/lifecycle.js';
 import type { JobState } from '../core/states.js';
+import { findUnstorableInValue, hasUnstorable, unstorableMessage } from '../core/storable.js';
+import { isTransientStoreError } from '../core/store-errors.js';
 import type { JobBus } from '../channel/bus.js';
 import type { Store, TransitionParams } from '../store/store.js';
 import type { Task, TaskContext } from '../tasks/define.js';
 import { type AbortKind, AttemptAbort, LeaseLostError } from './abort.js';
+import { logFailedAttempt, storedResult } from './attempt-end.js';
 import { type LongTimer, longTimeout, sleepLong } from './long-timer.js';
+import { writeEachAlone } from './outcome-isolation.js';
 import { ProgressReporter } from './progress-reporter.js';
+import { retryBudgetMs, type StoreWriteRetry, withStoreRetry } from './store-retry.js';
 
 export interface WorkerDefaults {
   heartbeatIntervalMs: number;
@@ -32,8 +37,11 @@ export interface WorkerDefaults {
 
 /** Blob storage for `ctx.results` and `ctx.uploads`; without it they throw BLOBS_UNAVAILABLE. */
 export interface WorkerFiles {
-  /** The attempt's `ctx.results`; `onLeaseLost` is called when a record is refused because the lease moved on. */
-  results(job: { id: string; lease: number }, onLeaseLost: () => void): ResultsHandle;
+  /**
+   * The attempt's `ctx.results`; `onLeaseLost` is called when a record is refused because the
+   * lease moved on; `retry` runs each store write through a short outage (see store-retry.ts).
+   */
+  results(job: { id: string; lease: number }, onLeaseLost: () => void, retry: StoreWriteRetry): ResultsHandle;
   uploads(tenant: string): UploadsHandle;
 }
 
@@ -183,6 +191,7 @@ export class Worker {
     this.claimAheadMax = options.claimAhead ?? (this.maxInFlight > 1 ? Math.max(500, 10 * this.concurrency) : 100);
     if (!Number.isInteger(this.claimAheadMax) || this.claimAheadMax < 0) throw new TypeError('claimAhead must be a non-negative integer');
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
+    if (typeof this.id !== 'string' || this.id === '' || hasUnstorable(this.id)) throw new TypeError('workerId must be a non-empty string without U+0000 or lone surrogates');
     this.log = options.logger.child({ workerId: this.id });
     this.claimTypes = [...this.tasks.values()].map((t) => ({ type: t.type, concurrency: t.concurrency }));
   }
@@ -315,17 +324,19 @@ export class Worker {
       if (limit > 0 && jobs.length === limit) this.wanted = true;
       this.pumpFailures = 0;
     } catch (err) {
-      // The transaction rolled back: nothing was completed or claimed. Keep the outcomes for the
-      // next pass (dropping them would leave their jobs running without heartbeats until reaped).
-      this.outcomes = batch.concat(this.outcomes);
-      this.pumpFailures++;
-      this.log.error({ err }, 'worker loop failed; retrying');
-      const delay = Math.min(5000, 50 * 2 ** Math.min(this.pumpFailures, 7));
-      this.pumpHeld = true;
-      setTimeout(() => {
-        this.pumpHeld = false;
-        this.wake();
-      }, delay).unref?.();
+      // The transaction rolled back: nothing was completed or claimed.
+      if (batch.length > 0 && !isTransientStoreError(err)) {
+        // Refused, not unreachable: one job's data may be the cause. Each outcome is written
+        // alone (a job whose own outcome is refused is failed instead), then the loop goes on.
+        this.log.error({ err, outcomes: batch.length }, 'the store refused a worker cycle; writing each outcome alone');
+        const again = await this.writeAlone(batch);
+        if (again.length > 0) this.holdPump(again, null);
+        this.wanted = true;
+      } else {
+        // Keep the outcomes for the next pass (dropping them would leave their jobs running
+        // without heartbeats until reaped).
+        this.holdPump(batch, err);
+      }
     } finally {
       this.inFlight--;
       this.claiming -= limit;
@@ -335,6 +346,49 @@ export class Worker {
     // Write what finished meanwhile and claim the next batch before running this one.
     this.pump();
     if (!this.stopping) this.startReady();
+  }
+
+  /** Outcomes back on the list, and the loop paused for a growing back-off (a failed cycle). */
+  private holdPump(batch: Outcome[], err: unknown): void {
+    this.outcomes = batch.concat(this.outcomes);
+    this.pumpFailures++;
+    if (err !== null) this.log.error({ err }, 'worker loop failed; retrying');
+    const delay = Math.min(5000, 50 * 2 ** Math.min(this.pumpFailures, 7));
+    this.pumpHeld = true;
+    setTimeout(() => {
+      this.pumpHeld = false;
+      this.wake();
+    }, delay).unref?.();
+  }
+
+  /**
+   * Writes each outcome in a store call of its own (see outcome-isolation.ts); returns those to
+   * write again later (a passing store error).
+   */
+  private async writeAlone(batch: Outcome[]): Promise<Outcome[]> {
+    const results = await writeEachAlone(
+      this.store,
+      batch.map((o) => o.params),
+      this.log,
+    );
+    const done: Outcome[] = [];
+    const applied: boolean[] = [];
+    const again: Outcome[] = [];
+    results.forEach((r, i) => {
+      const o = batch[i] as Outcome;
+      if (r.kind === 'dropped') {
+        this.forget(o.active.job);
+        return;
+      }
+      const written: Outcome = r.params === o.params ? o : { ...o, params: r.params, kind: 'failed' };
+      if (r.kind === 'again') again.push(written);
+      else {
+        done.push(written);
+        applied.push(r.applied);
+      }
+    });
+    this.afterOutcomes(done, applied);
+    return again;
   }
 
   private get readyCount(): number {
@@ -407,12 +461,22 @@ export class Worker {
     return out;
   }
 
-  /** Writes pending outcomes without claiming (shutdown). */
+  /** Writes pending outcomes without claiming (shutdown); a refused batch is written job by job. */
   private async flushOutcomes(): Promise<void> {
     if (this.outcomes.length === 0) return;
     const batch = this.outcomes;
     this.outcomes = [];
-    this.afterOutcomes(batch, await this.store.transition({ items: batch.map((o) => o.params) }));
+    let applied: boolean[];
+    try {
+      applied = await this.store.transition({ items: batch.map((o) => o.params) });
+    } catch (err) {
+      if (isTransientStoreError(err)) throw err;
+      this.log.error({ err, outcomes: batch.length }, 'the store refused the last outcomes; writing each alone');
+      const again = await this.writeAlone(batch);
+      if (again.length > 0) throw new Error(`could not write the outcomes of ${again.length} job(s) at shutdown: the store is unreachable`);
+      return;
+    }
+    this.afterOutcomes(batch, applied);
   }
 
   private afterOutcomes(batch: Outcome[], applied: boolean[]): void {
@@ -506,25 +570,28 @@ export class Worker {
     const { job, task } = active;
     const now = this.clock();
     if (outcome.ok) {
-      let result: unknown = outcome.value ?? null;
-      try {
-        result = result === null ? null : JSON.parse(JSON.stringify(result));
-      } catch (err) {
-        const error: JobError = { message: `result is not JSON-serializable: ${(err as Error).message}`, code: 'RESULT_NOT_SERIALIZABLE', retryable: false };
-        return this.outcome(active, 'failed', 'failed', 'fatal', now, { error, finishedAt: now });
+      const result = storedResult(outcome.value);
+      if (!result.ok) {
+        logFailedAttempt(this.log, job, null, result.error, 'failed');
+        return this.outcome(active, 'failed', 'failed', 'fatal', now, { error: result.error, finishedAt: now });
       }
       const ttl = task.resultTtlMs ?? job.resultTtlMs ?? this.options.defaults.resultTtlMs;
+      // `error` stays: it is the last failed attempt's (a snapshot shows it as `lastError`).
       return this.outcome(active, 'succeeded', 'succeeded', 'completed', now, {
-        result,
-        error: null,
+        result: result.value,
         finishedAt: now,
         expiresAt: now + ttl,
         clearCheckpoint: true,
       });
     }
-    if (kind === 'cancelled' || kind === 'timeout') return this.cancelledOutcome(active, kind, kind, now);
+    if (kind === 'cancelled' || kind === 'timeout') {
+      const cancelled = this.cancelledOutcome(active, kind, kind, now);
+      if (kind === 'timeout') logFailedAttempt(this.log, job, outcome.error, cancelled.params.patch?.error as JobError, 'cancelled');
+      return cancelled;
+    }
     if (kind === 'shutdown') return this.handBack(active, now);
     const decision = decideAfterFailure(classifyError(outcome.error), job.attempts, job.maxAttempts, task.backoff, now);
+    logFailedAttempt(this.log, job, outcome.error, decision.error, decision.to, decision.to === 'retrying' ? decision.runAt : undefined);
     if (decision.to === 'failed') {
       return this.outcome(active, 'failed', 'failed', decision.error.retryable ? 'attempts exhausted' : 'fatal', now, {
         error: decision.error,
@@ -555,7 +622,7 @@ export class Worker {
       {
         publish: (progress) => this.bus.emit('job:progress', { id: job.id, tenant: job.tenant, progress }),
         persist: async (progress) => {
-          const ok = await this.store.saveProgress({ id: job.id, lease: job.lease, progress, now: this.clock() });
+          const ok = await this.retryWrites(active)('progress', () => this.store.saveProgress({ id: job.id, lease: job.lease, progress, now: this.clock() }));
           if (!ok) this.abort(active, 'lease-lost');
         },
       },
@@ -576,7 +643,7 @@ export class Worker {
     const why = job.checkpoint?.corrupt
       ? 'checkpoint unreadable; starting over'
       : `checkpoint version ${job.checkpoint?.version} does not match task version ${task.checkpointVersion}; starting over`;
-    await this.annotate(job, why);
+    await this.retryWrites(active)('log note', () => this.annotate(job, why));
     return this.makeContext(active, false);
   }
 
@@ -615,12 +682,12 @@ export class Worker {
           return checkpointValue;
         },
         save: async (data: unknown) => {
-          const ok = await this.store.saveCheckpoint({
-            id: job.id,
-            lease: job.lease,
-            checkpoint: { version: task.checkpointVersion, data },
-            now: this.clock(),
-          });
+          // The user's data: refused (the handler sees why), never changed, when no store could keep it.
+          const at = findUnstorableInValue(data, 'checkpoint');
+          if (at) throw new FatalError(unstorableMessage(at), { code: 'UNSTORABLE_CHECKPOINT' });
+          const ok = await this.retryWrites(active)('checkpoint', () =>
+            this.store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: this.clock() }),
+          );
           if (!ok) {
             this.abort(active, 'lease-lost');
             throw new LeaseLostError(job.id);
@@ -634,7 +701,7 @@ export class Worker {
       },
       // Made on first use, fenced by this attempt's lease: a refused record aborts the attempt.
       get results() {
-        results ??= files ? files.results({ id: job.id, lease: job.lease }, () => abortLeaseLost()) : NO_RESULTS;
+        results ??= files ? resultsHandle(files) : NO_RESULTS;
         return results;
       },
       get uploads() {
@@ -642,8 +709,29 @@ export class Worker {
         return uploads;
       },
     };
-    const abortLeaseLost = () => this.abort(active, 'lease-lost');
+    const resultsHandle = (f: WorkerFiles) =>
+      f.results(
+        { id: job.id, lease: job.lease },
+        () => this.abort(active, 'lease-lost'),
+        this.retryWrites(active),
+      );
     return ctx;
+  }
+
+  /**
+   * Runs a store write made on the handler's behalf through a short outage: passing errors are
+   * retried, logged, within half the job's heartbeat timeout, until the lease is known lost.
+   */
+  private retryWrites(active: Active): StoreWriteRetry {
+    const { job, abortState } = active;
+    return (what, write) =>
+      withStoreRetry(write, {
+        what,
+        log: this.log,
+        fields: { jobId: job.id, type: job.type, attempt: job.attempts, tenant: job.tenant },
+        budgetMs: retryBudgetMs(job.heartbeatTimeoutMs),
+        stopped: () => abortState.kind === 'lease-lost',
+      });
   }
 
   /** A log note on a running job (self-transition), fenced by the lease. */

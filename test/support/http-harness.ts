@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
+import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { FatalError, RetryableError } from '../../src/core/errors.js';
 import type { JobSnapshot } from '../../src/core/job.js';
 import { Longhaul, type WorkerHandle } from '../../src/longhaul.js';
@@ -132,6 +133,8 @@ export interface HarnessOptions {
   keepaliveMs?: number;
   /** Start a worker (and the sweeper). Default true. */
   worker?: boolean;
+  /** A `postgres://` URL (a fresh database) instead of the default temp SQLite file. */
+  database?: string;
 }
 
 export interface Harness {
@@ -145,7 +148,11 @@ export interface Harness {
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
   const dir = mkdtempSync(join(tmpdir(), 'longhaul-http-'));
   const lh = await Longhaul.open({
-    database: join(dir, 'test.db'),
+    database: options.database ?? join(dir, 'test.db'),
+    // PostgreSQL has no file to keep a URL-signing secret and blobs next to.
+    ...(options.database === undefined
+      ? {}
+      : { files: { urlSigningSecret: 'http-harness-url-signing-secret-0123456789', blobs: await FsBlobStore.open(join(dir, 'blobs')) } }),
     tasks: testTasks,
     logger: pino({ level: 'silent' }),
     sweepIntervalMs: 50,

@@ -2,13 +2,12 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { JobNotFoundError } from '../../core/errors.js';
 import type { JobSnapshot } from '../../core/job.js';
-import { isJobState, isTerminal, type JobState } from '../../core/states.js';
+import { idempotencyKeyProblem } from '../../core/limits.js';
+import { isJobState, isTerminal, JOB_STATES, type JobState } from '../../core/states.js';
 import type { SubmitOptions } from '../../longhaul.js';
 import type { AppContext } from '../app.js';
-import { HttpProblem } from '../problem.js';
+import { HttpProblem, invalidRequest } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
-
-const MAX_IDEMPOTENCY_KEY = 255;
 
 /** Seconds a poller should wait: 1 s for queued/running work, the time until runAt for delayed work. */
 export function retryAfterSeconds(status: JobState, runAt: number, now = Date.now()): number | null {
@@ -46,9 +45,8 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     const body = request.body;
     const key = request.headers['idempotency-key'];
     if (Array.isArray(key)) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', 'send one Idempotency-Key header');
-    if (key !== undefined && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY)) {
-      throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', `Idempotency-Key must be 1 to ${MAX_IDEMPOTENCY_KEY} characters`);
-    }
+    const keyProblem = key === undefined ? null : idempotencyKeyProblem(key);
+    if (keyProblem) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', `Idempotency-Key ${keyProblem}`);
     const options: SubmitOptions = { tenant: request.tenant };
     if (body.priority !== undefined) options.priority = body.priority;
     if (body.runAt !== undefined) options.runAt = body.runAt;
@@ -86,11 +84,15 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
       let status: JobState[] | undefined;
       if (q.status !== undefined && q.status !== '') {
         const parts = q.status.split(',').map((s) => s.trim());
-        for (const s of parts) if (!isJobState(s)) throw new HttpProblem(400, 'INVALID_FILTER', `unknown status "${s}"`);
+        for (const s of parts) {
+          if (!isJobState(s)) throw invalidRequest(`unknown status "${s}"`, [{ path: 'status', message: `must be one or more of ${JOB_STATES.join(', ')}` }]);
+        }
         status = parts as JobState[];
       }
-      const limit = q.limit === undefined ? 50 : Number(q.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new HttpProblem(400, 'INVALID_FILTER', 'limit must be an integer from 1 to 1000');
+      const limit = q.limit === undefined ? 50 : /^\d{1,4}$/.test(q.limit) ? Number(q.limit) : Number.NaN;
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) {
+        throw invalidRequest(`limit must be an integer from 1 to 1000 (got "${String(q.limit).slice(0, 40)}")`, [{ path: 'limit', message: 'must be an integer from 1 to 1000' }]);
+      }
       return lh.list({
         tenant: request.tenant,
         limit,

@@ -3,9 +3,11 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import { JobNotFoundError } from '../../core/errors.js';
 import type { JobSnapshot } from '../../core/job.js';
+import { nextInOrder } from '../../core/snapshot-order.js';
 import { isTerminal } from '../../core/states.js';
 import type { AppContext } from '../app.js';
 import type { Caller } from '../auth.js';
+import { FeedEventNames } from '../feed-events.js';
 import { HttpProblem, toProblem } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
 import { changeSeq, SSE_HEADERS, sseFrame, statusKey } from '../sse.js';
@@ -15,32 +17,50 @@ function assertGrant(request: FastifyRequest, id: string | '*'): void {
   if (request.grant && !grantAllows(request.grant, id)) throw new HttpProblem(401, 'INVALID_TOKEN', 'this stream token does not grant that stream');
 }
 
-/** Opens an SSE response and returns a writer plus a cleanup registration. */
-function openStream(request: FastifyRequest, reply: FastifyReply, keepaliveMs: number, streams: Set<() => void>) {
+/**
+ * Opens an SSE response and returns a writer plus a cleanup registration. A client that stops
+ * reading is dropped once `ctx.streamBufferBytes` wait unsent (the kernel's socket buffers are
+ * full by then): memory per connection stays bounded, and the client may reconnect with
+ * `Last-Event-ID`.
+ */
+function openStream(request: FastifyRequest, reply: FastifyReply, ctx: AppContext) {
+  const { keepaliveMs, streams, streamBufferBytes, log } = ctx;
   reply.hijack();
   const raw = reply.raw;
   raw.writeHead(200, SSE_HEADERS);
   raw.write('retry: 2000\n\n');
   const cleanups: (() => void)[] = [];
   let closed = false;
-  const close = () => {
+  const close = (overflow = false) => {
     if (closed) return;
     closed = true;
     streams.delete(close);
     for (const c of cleanups) c();
-    if (!raw.writableEnded) raw.end();
+    if (overflow) raw.destroy();
+    else if (!raw.writableEnded) raw.end();
   };
-  const keepalive = setInterval(() => raw.write(': keepalive\n\n'), keepaliveMs);
+  const write = (chunk: string) => {
+    if (closed) return;
+    raw.write(chunk);
+    if (raw.writableLength > streamBufferBytes) {
+      log.warn({ url: request.url, tenant: request.tenant, buffered: raw.writableLength }, 'SSE client is not reading: connection dropped');
+      close(true);
+    }
+  };
+  const keepalive = setInterval(() => write(': keepalive\n\n'), keepaliveMs);
   cleanups.push(() => clearInterval(keepalive));
   streams.add(close);
-  request.raw.on('close', close);
-  raw.on('error', close);
+  request.raw.on('close', () => close());
+  // A reset connection: nothing to log, the client is gone.
+  raw.on('error', () => close());
+  // A client that left while the route was awaiting (the job lookup) had its 'close' emitted
+  // before the listener above: without this the stream, its keepalive timer and the job's
+  // subscription would stay until the job ends.
+  if (request.raw.destroyed || raw.destroyed) close();
   return {
-    write: (chunk: string) => {
-      if (!closed) raw.write(chunk);
-    },
+    write,
     onClose: (fn: () => void) => cleanups.push(fn),
-    close,
+    close: () => close(),
     get closed() {
       return closed;
     },
@@ -48,7 +68,7 @@ function openStream(request: FastifyRequest, reply: FastifyReply, keepaliveMs: n
 }
 
 export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): void {
-  const { lh, hub, feed, keepaliveMs, streams } = ctx;
+  const { lh, hub, feed } = ctx;
 
   app.get<{ Params: { id: string } }>('/v1/jobs/:id/events', { schema: routeSchemas.jobEvents, config: { streamRoute: true } }, async (request, reply) => {
     const { id } = request.params;
@@ -61,7 +81,8 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
       // Nothing newer will ever come: 204 tells EventSource to stop reconnecting.
       return reply.code(204).send();
     }
-    const stream = openStream(request, reply, keepaliveMs, streams);
+    const stream = openStream(request, reply, ctx);
+    if (stream.closed) return;
     let lastKey: string | null = null;
     let lastStatus: string | null = null;
     let lastSeq = lastEventId ?? -1;
@@ -94,14 +115,10 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
 
   app.get('/v1/events', { schema: routeSchemas.feed, config: { streamRoute: true } }, async (request, reply) => {
     assertGrant(request, '*');
-    const stream = openStream(request, reply, keepaliveMs, streams);
-    const lastStatus = new Map<string, string>();
+    const stream = openStream(request, reply, ctx);
+    const names = new FeedEventNames();
     const unsubscribe = feed.subscribe(request.tenant, (snap) => {
-      const key = statusKey(snap);
-      const event = lastStatus.get(snap.id) === key ? 'progress' : 'status';
-      if (isTerminal(snap.status)) lastStatus.delete(snap.id);
-      else lastStatus.set(snap.id, key);
-      stream.write(sseFrame(changeSeq(snap), event, snap));
+      stream.write(sseFrame(changeSeq(snap), names.next(snap), snap));
     });
     stream.onClose(unsubscribe);
   });
@@ -109,74 +126,94 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
 
 /**
  * One `/v1/ws` connection (see websocket.ts): `{"op": "subscribe" | "unsubscribe" | "cancel", "id"}`
- * messages in, `{"type": "snapshot", job}` and `{"type": "error", ...}` out.
+ * messages in, `{"type": "snapshot", job}` and `{"type": "error", ...}` out. A job's snapshots
+ * go out in order, whatever their route (the hub, the answer to a cancel), and each only once
+ * (core/snapshot-order.ts); a client that stops reading is dropped like a slow SSE client.
  */
-export function webSocketSession({ lh, hub }: AppContext): (socket: WebSocket, caller: Caller) => void {
+export function webSocketSession({ lh, hub, streamBufferBytes, log }: AppContext): (socket: WebSocket, caller: Caller) => void {
   return (socket, caller) => {
     const { tenant, grant } = caller;
     const subs = new Map<string, () => void>();
+    /** The last snapshot sent of each subscribed job. */
+    const sent = new Map<string, JobSnapshot>();
     const send = (msg: unknown) => {
-      if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(msg));
+      if (socket.readyState !== socket.OPEN) return;
+      socket.send(JSON.stringify(msg));
+      if (socket.bufferedAmount > streamBufferBytes) {
+        log.warn({ tenant, buffered: socket.bufferedAmount }, 'WebSocket client is not reading: connection dropped');
+        socket.terminate();
+      }
+    };
+    const sendSnapshot = (job: JobSnapshot) => {
+      const next = nextInOrder(sent.get(job.id), job);
+      if (!next) return;
+      if (subs.has(job.id)) sent.set(job.id, next);
+      send({ type: 'snapshot', job: next });
+    };
+    const release = (id: string) => {
+      subs.get(id)?.();
+      subs.delete(id);
+      sent.delete(id);
     };
     const fail = (id: string | undefined, err: unknown) => {
       const p = toProblem(err);
       send({ type: 'error', ...(id ? { id } : {}), status: p.status, code: p.code, message: p.message });
     };
-    socket.on('message', (data: Buffer, isBinary: boolean) => {
-      void (async () => {
-        let msg: { op?: unknown; id?: unknown };
-        try {
-          msg = JSON.parse(isBinary ? '' : data.toString('utf8'));
-        } catch {
-          return fail(undefined, new HttpProblem(400, 'MALFORMED_JSON', 'messages must be JSON objects'));
-        }
-        const id = typeof msg?.id === 'string' ? msg.id : undefined;
-        if (msg === null || typeof msg !== 'object' || !['subscribe', 'unsubscribe', 'cancel'].includes(String(msg.op)) || !id) {
-          return fail(id, new HttpProblem(400, 'INVALID_MESSAGE', 'expected {"op": "subscribe" | "unsubscribe" | "cancel", "id": "<job id>"}'));
-        }
-        try {
-          if (grant && !grantAllows(grant, id)) throw new HttpProblem(401, 'INVALID_TOKEN', 'this stream token does not grant that job');
-          if (msg.op === 'subscribe') {
-            if (subs.has(id)) return;
-            // Claim the slot before awaiting: a repeated subscribe must not subscribe twice (and
-            // leak the first subscription), and an unsubscribe or close meanwhile must win.
-            let dropped = false;
-            const placeholder = () => {
-              dropped = true;
-            };
-            subs.set(id, placeholder);
-            let exists: boolean;
-            try {
-              exists = (await lh.get(id, { tenant })) !== null;
-            } finally {
-              if (subs.get(id) === placeholder) subs.delete(id);
-            }
-            if (!exists) throw new JobNotFoundError(id);
-            if (dropped || socket.readyState !== socket.OPEN) return;
-            const off = hub.subscribe(id, {
-              next: (job) => send({ type: 'snapshot', job }),
-              end: (err) => {
-                subs.get(id)?.();
-                subs.delete(id);
-                if (err) fail(id, err);
-              },
-            });
-            subs.set(id, off);
-          } else if (msg.op === 'unsubscribe') {
-            subs.get(id)?.();
-            subs.delete(id);
-          } else {
-            if (grant) throw new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens cannot cancel jobs; use an API key');
-            send({ type: 'snapshot', job: await lh.cancel(id, { tenant }) });
+    const handle = async (data: Buffer, isBinary: boolean) => {
+      let msg: { op?: unknown; id?: unknown };
+      try {
+        msg = JSON.parse(isBinary ? '' : data.toString('utf8'));
+      } catch {
+        return fail(undefined, new HttpProblem(400, 'MALFORMED_JSON', 'messages must be JSON objects'));
+      }
+      const id = typeof msg?.id === 'string' ? msg.id : undefined;
+      if (msg === null || typeof msg !== 'object' || !['subscribe', 'unsubscribe', 'cancel'].includes(String(msg.op)) || !id) {
+        return fail(id, new HttpProblem(400, 'INVALID_MESSAGE', 'expected {"op": "subscribe" | "unsubscribe" | "cancel", "id": "<job id>"}'));
+      }
+      try {
+        if (grant && !grantAllows(grant, id)) throw new HttpProblem(401, 'INVALID_TOKEN', 'this stream token does not grant that job');
+        if (msg.op === 'subscribe') {
+          if (subs.has(id)) return;
+          // Claim the slot before awaiting: a repeated subscribe must not subscribe twice (and
+          // leak the first subscription), and an unsubscribe or close meanwhile must win.
+          let dropped = false;
+          const placeholder = () => {
+            dropped = true;
+          };
+          subs.set(id, placeholder);
+          let exists: boolean;
+          try {
+            exists = (await lh.get(id, { tenant })) !== null;
+          } finally {
+            if (subs.get(id) === placeholder) subs.delete(id);
           }
-        } catch (err) {
-          fail(id, err);
+          if (!exists) throw new JobNotFoundError(id);
+          if (dropped || socket.readyState !== socket.OPEN) return;
+          const off = hub.subscribe(id, {
+            next: sendSnapshot,
+            end: (err) => {
+              release(id);
+              if (err) fail(id, err);
+            },
+          });
+          subs.set(id, off);
+        } else if (msg.op === 'unsubscribe') {
+          release(id);
+        } else {
+          if (grant) throw new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens cannot cancel jobs; use an API key');
+          sendSnapshot(await lh.cancel(id, { tenant }));
         }
-      })();
+      } catch (err) {
+        fail(id, err);
+      }
+    };
+    socket.on('message', (data: Buffer, isBinary: boolean) => {
+      handle(data, isBinary).catch((err) => log.error({ err, tenant }, 'WebSocket message handling failed'));
     });
     socket.on('close', () => {
       for (const off of subs.values()) off();
       subs.clear();
+      sent.clear();
     });
   };
 }

@@ -49,6 +49,15 @@ export async function registerUploadRoutes(app: FastifyInstance, options: Upload
           consumes: ['*/*'],
           response: { 201: uploadInfoSchema, ...Object.fromEntries([400, 401, 413].map((c) => [c, problem])) },
         },
+        // Before body parsing: Fastify's parser lookup answers a malformed Content-Type with 415.
+        onRequest: (request, _reply, done) => {
+          try {
+            uploadContentType(request);
+            done();
+          } catch (err) {
+            done(err as Error);
+          }
+        },
       },
       async (request, reply) => {
         const contentType = uploadContentType(request);

@@ -38,6 +38,7 @@ import {
   type JobPage,
   type LeaseRef,
   type ListJobsParams,
+  type MigrationResult,
   type NewJob,
   type ResultFileRecord,
   type SqlTransaction,
@@ -363,9 +364,9 @@ export class PostgresStore implements Store {
    * Applies pending migrations in one transaction under an advisory lock on the schema's
    * name: concurrent migrations (several processes starting at once) apply each version once.
    */
-  async migrate(): Promise<void> {
+  async migrate(): Promise<MigrationResult> {
     const migrations = renderMigrations(this.schema);
-    await this.inTransaction(async (client) => {
+    return this.inTransaction(async (client) => {
       await client.query('SELECT pg_advisory_xact_lock(hashtext($1), 0)', [`${this.schema}:migrate`]);
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.s}`);
       await client.query(`CREATE TABLE IF NOT EXISTS ${this.s}.migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
@@ -378,6 +379,7 @@ export class PostgresStore implements Store {
         await client.query(migrations[v] as string);
         await client.query(`INSERT INTO ${this.s}.migrations (version) VALUES ($1)`, [v + 1]);
       }
+      return { from: current, to: migrations.length };
     });
   }
 
@@ -387,6 +389,10 @@ export class PostgresStore implements Store {
       [`${this.s}.migrations`],
     );
     return res.rows[0]?.v ?? 0;
+  }
+
+  async ping(): Promise<void> {
+    await this.rows('ping', `SELECT 1 FROM ${this.s}.migrations LIMIT 1`, []);
   }
 
   /** Number of migrations this version of Longhaul knows. */

@@ -16,16 +16,25 @@
  *
  * Durability is SQLite's own: the same checkpoints, with the same fsyncs, on another thread.
  */
-import { createRequire } from 'node:module';
+import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { Worker } from 'node:worker_threads';
-import type Database from 'better-sqlite3';
 
-/** The thread: CommonJS, so it runs the same from src/ (tsx) and from dist/. */
+/**
+ * The thread: CommonJS, so it runs the same from src/ (tsx) and from dist/. It opens the file
+ * the store already created (it fails, and the store falls back, if that file is gone).
+ */
 const THREAD = `
+const { existsSync } = require('node:fs');
 const { parentPort, workerData } = require('node:worker_threads');
-const Database = require(workerData.driver);
-const db = new Database(workerData.path, { fileMustExist: true });
-db.pragma('busy_timeout = 1000');
+// Node 22 warns that node:sqlite is experimental once per thread: the process's own thread has
+// already said so (or its application chose to hide it), so this internal thread stays quiet.
+const emitWarning = process.emitWarning;
+process.emitWarning = (warning, ...rest) =>
+  rest[0] === 'ExperimentalWarning' && String(warning).startsWith('SQLite is an experimental feature') ? undefined : emitWarning.call(process, warning, ...rest);
+const { DatabaseSync } = require('node:sqlite');
+if (!existsSync(workerData.path)) throw new Error('the database file is gone: ' + workerData.path);
+const db = new DatabaseSync(workerData.path);
+db.exec('PRAGMA busy_timeout = 1000');
 const checkpoint = db.prepare('PRAGMA wal_checkpoint(PASSIVE)');
 const state = new Int32Array(workerData.state);
 parentPort.on('message', (message) => {
@@ -65,7 +74,7 @@ export interface CheckpointerOptions {
 export class WalCheckpointer {
   private worker: Worker | null = null;
   private readonly state = new Int32Array(new SharedArrayBuffer(4));
-  private readonly finish: Database.Statement;
+  private readonly finish: StatementSync;
   private readonly everyRows: number;
   private readonly remainder: number;
   private written = 0;
@@ -74,7 +83,7 @@ export class WalCheckpointer {
   private exited: Promise<void> | null = null;
 
   constructor(
-    private readonly db: Database.Database,
+    private readonly db: DatabaseSync,
     private readonly path: string,
     options: CheckpointerOptions = {},
   ) {
@@ -111,13 +120,12 @@ export class WalCheckpointer {
 
   private spawn(): Worker | null {
     try {
-      const driver = createRequire(import.meta.url).resolve('better-sqlite3');
       const worker = new Worker(THREAD, {
         eval: true,
         name: 'longhaul-wal-checkpointer',
         // Not the parent's flags (--import tsx, --cpu-prof, ...): the thread is plain CommonJS.
         execArgv: [],
-        workerData: { driver, path: this.path, state: this.state.buffer, maxPasses: 8, remainder: this.remainder },
+        workerData: { path: this.path, state: this.state.buffer, maxPasses: 8, remainder: this.remainder },
       });
       worker.unref();
       worker.on('error', () => this.fail());
@@ -136,7 +144,7 @@ export class WalCheckpointer {
     if (this.failed) return;
     this.failed = true;
     this.inFlight = false;
-    if (this.db.open) this.db.pragma('wal_autocheckpoint = 1000');
+    if (this.db.isOpen) this.db.exec('PRAGMA wal_autocheckpoint = 1000');
     void this.worker?.terminate();
   }
 

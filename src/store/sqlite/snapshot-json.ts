@@ -16,7 +16,7 @@
  * made in JavaScript; files exist only once an attempt ran), and dates `strftime` does not
  * write as `toISOString` does (before 1970, after 9999).
  */
-import { PRIORITIES } from '../../core/job.js';
+import { ERROR_STATES, PRIORITIES } from '../../core/job.js';
 import { EMPTY_PROGRESS } from '../../core/progress.js';
 
 /** The last millisecond `strftime` renders exactly as `Date.prototype.toISOString` does. */
@@ -58,7 +58,8 @@ const FIELDS: [string, string][] = [
   ['resultUrl', "'null'"],
   ['results', "'[]'"],
   ['downloads', "'0'"],
-  ['error', jsonOrNull('j.error')],
+  ['error', `CASE WHEN j.state IN (${[...ERROR_STATES].map((st) => lit(st)).join(', ')}) THEN ${jsonOrNull('j.error')} ELSE 'null' END`],
+  ['lastError', jsonOrNull('j.error')],
   ['attempts', 'j.attempts'],
   ['maxAttempts', 'j.max_attempts'],
   ['cancelRequested', bool('j.cancel_requested')],

@@ -1,10 +1,11 @@
 /**
  * SQL shared by SqliteStore's statements, and `compile`, which turns a statement written with
  * named parameters (`@at`) into one with positional parameters plus the list of values to
- * bind. better-sqlite3 binds named parameters by looking every name up on the object passed
- * (a few µs per call); on the worker's hot path that cost more than the UPDATE itself.
+ * bind. A driver binds named parameters by looking every name up on the object passed (a few
+ * µs per call with better-sqlite3, measured before the move to node:sqlite); on the worker's
+ * hot path that cost more than the UPDATE itself.
  */
-import type Database from 'better-sqlite3';
+import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 
 /**
  * A job's visible change sequence (SSE ids) is max(updated_at, progress time): every write
@@ -20,17 +21,17 @@ export function logEntrySql(from: string, to: string, attempt: string, reason: s
 
 /** A prepared statement and how to lay out its parameters from one input value. */
 export interface Compiled<P> {
-  readonly stmt: Database.Statement;
+  readonly stmt: StatementSync;
   /** The values to bind, in the order the statement's `?` appear. */
-  args(p: P): unknown[];
+  args(p: P): SQLInputValue[];
 }
 
 /**
  * Prepares `sql`, written with `@name` parameters, as a statement with positional ones. Each
  * name must have a getter in `params`; a name used twice is bound twice.
  */
-export function compile<P>(db: Database.Database, sql: string, params: Readonly<Record<string, (p: P) => unknown>>): Compiled<P> {
-  const getters: ((p: P) => unknown)[] = [];
+export function compile<P>(db: DatabaseSync, sql: string, params: Readonly<Record<string, (p: P) => SQLInputValue>>): Compiled<P> {
+  const getters: ((p: P) => SQLInputValue)[] = [];
   const text = sql.replace(/@([A-Za-z]\w*)/g, (_, name: string) => {
     const get = params[name];
     if (!get) throw new Error(`no value for SQL parameter @${name}`);
@@ -40,10 +41,19 @@ export function compile<P>(db: Database.Database, sql: string, params: Readonly<
   const n = getters.length;
   return {
     stmt: db.prepare(text),
-    args(p: P): unknown[] {
-      const out = new Array<unknown>(n);
-      for (let i = 0; i < n; i++) out[i] = (getters[i] as (p: P) => unknown)(p);
+    args(p: P): SQLInputValue[] {
+      const out = new Array<SQLInputValue>(n);
+      for (let i = 0; i < n; i++) out[i] = (getters[i] as (p: P) => SQLInputValue)(p);
       return out;
     },
   };
+}
+
+/**
+ * Sets `stmt` to return each row as an array of its columns, in order, and returns it.
+ * node:sqlite has no `pluck`: a one-column statement set so is read as `row[0]`.
+ */
+export function arrays(stmt: StatementSync): StatementSync {
+  stmt.setReturnArrays(true);
+  return stmt;
 }

@@ -1,5 +1,5 @@
 /**
- * The embedded store: one SQLite file through better-sqlite3, in WAL mode.
+ * The embedded store: one SQLite file through Node's built-in `node:sqlite`, in WAL mode.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction is in the WAL before the
  * call returns, so it survives `kill -9` of any process; only an OS crash or power loss can
@@ -12,8 +12,14 @@
  * The worker's cycle (completeAndClaim) is the hot path: positional parameters throughout
  * (sql.ts), one UPDATE ... RETURNING per claimed type, rows read as one JSON array each
  * (rows.ts), and WAL checkpoints on a helper thread (checkpointer.ts).
+ *
+ * Statements that return one column are set to return arrays (`setReturnArrays`), and the
+ * value is read as `row[0]`: node:sqlite has no `pluck`, and an array per row costs less than
+ * an object with a named property.
  */
-import Database from 'better-sqlite3';
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { uuidv7Floor } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
@@ -30,6 +36,7 @@ import {
   type JobPage,
   type LeaseRef,
   type ListJobsParams,
+  type MigrationResult,
   type NewJob,
   type ResultFileRecord,
   type SnapshotJson,
@@ -41,10 +48,10 @@ import {
   type WebhookTarget,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
-import { jobFromJson, jobJson, queueOrder } from './rows.js';
+import { jobFromJson, jobJson, jobsFromRows, queueOrder } from './rows.js';
 import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
-import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
+import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 import { checkTransition, Transitions } from './transitions.js';
 
 export interface SqliteStoreOptions {
@@ -118,14 +125,15 @@ const INSERT_PARAMS = {
 interface HotStatements {
   insert: Compiled<NewJob>;
   claimIds: Compiled<ClaimArgs>;
-  running: Database.Statement;
+  running: StatementSync;
   promote: Compiled<{ id: string; at: number }>;
-  getJob: Database.Statement;
-  snapshotJson: Database.Statement;
+  getJob: StatementSync;
+  snapshotJson: StatementSync;
 }
 
-// LIMIT takes literals, with one statement per value: with a bound LIMIT, SQLite (built with
-// STAT4, as better-sqlite3 is) re-prepares the statement on every run to plan for the value.
+// LIMIT takes literals, with one statement per value: with a bound LIMIT, a SQLite built with
+// STAT4 (better-sqlite3's was; Node's is not) re-prepares the statement on every run to plan
+// for the value. Literals keep every build on one plan per statement.
 
 /**
  * Ended jobs with a webhook whose end was not yet turned into a delivery job. CROSS JOIN: SQLite
@@ -139,39 +147,49 @@ export const PENDING_WEBHOOKS_SQL = `SELECT j.id, j.tenant, j.state, j.finished_
 
 export class SqliteStore implements Store {
   readonly dialect = 'sqlite' as const;
-  readonly db: Database.Database;
-  private readonly statements = new Map<string, Database.Statement>();
-  private readonly jobStatements = new Map<string, Database.Statement>();
+  readonly db: DatabaseSync;
+  private readonly statements = new Map<string, StatementSync>();
+  private readonly arrayStatements = new Map<string, StatementSync>();
   /** Status-poll snapshots by job id, re-sent while their version is current (see snapshot-json.ts). */
   private readonly snapshots = new SnapshotCache();
   private readonly transitions: Transitions;
   private readonly checkpointer: WalCheckpointer | null;
-  private readonly beginStmt: Database.Statement;
-  private readonly commitStmt: Database.Statement;
-  private readonly rollbackStmt: Database.Statement;
+  private readonly beginStmt: StatementSync;
+  private readonly commitStmt: StatementSync;
+  private readonly rollbackStmt: StatementSync;
   private prepared: HotStatements | null = null;
   private readonly claimByLimit = new Map<number, Compiled<ClaimArgs>>();
-  private readonly candidatesByLimit = new Map<number, Database.Statement>();
+  private readonly candidatesByLimit = new Map<number, StatementSync>();
   private lastDataVersion = -1;
 
   constructor(readonly options: SqliteStoreOptions) {
-    this.db = new Database(options.path);
+    this.db = openDatabase(options.path);
     const file = options.path !== ':memory:';
-    this.db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
-    if (file) this.db.pragma('journal_mode = WAL');
-    this.db.pragma(`synchronous = ${options.synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
-    this.db.pragma('foreign_keys = ON');
-    // Reads go through the memory map. The page cache stays at SQLite's default 2 MiB: every
-    // commit walks the cache's hash table (pcache1TruncateUnsafe), so a 64 MiB cache made each
-    // commit several times slower once the file outgrew a few MiB.
-    this.db.pragma('cache_size = -2000');
-    this.db.pragma('mmap_size = 268435456');
-    this.db.pragma('temp_store = MEMORY');
+    this.db.exec(`PRAGMA busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
+    if (file) {
+      try {
+        this.db.exec('PRAGMA journal_mode = WAL'); // the first statement that reads the file
+      } catch (err) {
+        this.db.close();
+        throw new Error(`cannot use the SQLite database ${options.path}: ${(err as Error).message}`);
+      }
+    }
+    this.db.exec(`PRAGMA synchronous = ${options.synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
+    this.db.exec('PRAGMA foreign_keys = ON');
+    // The page cache stays at SQLite's default 2 MiB: every commit walks the cache's hash table
+    // (pcache1TruncateUnsafe), so a 64 MiB cache made each commit several times slower once the
+    // file outgrew a few MiB.
+    this.db.exec('PRAGMA cache_size = -2000');
+    // No memory map: every page read through it stays in the process's RSS while mapped, so RSS
+    // grew with the file, up to the map's size (by 4.7-4.9 MiB a minute at 100 jobs/s in
+    // bench/soak.ts), although the pages are the OS page cache's, which holds them either way.
+    this.db.exec('PRAGMA mmap_size = 0');
+    this.db.exec('PRAGMA temp_store = MEMORY');
     // After a burst, a WAL that grew is cut back to this size when it restarts.
-    this.db.pragma('journal_size_limit = 67108864');
+    this.db.exec('PRAGMA journal_size_limit = 67108864');
     this.checkpointer = file && options.checkpoints !== 'inline' ? new WalCheckpointer(this.db, options.path) : null;
     // With the checkpointer, SQLite's own automatic checkpoint is only a backstop.
-    if (this.checkpointer) this.db.pragma('wal_autocheckpoint = 16384');
+    if (this.checkpointer) this.db.exec('PRAGMA wal_autocheckpoint = 16384');
     this.beginStmt = this.db.prepare('BEGIN IMMEDIATE');
     this.commitStmt = this.db.prepare('COMMIT');
     this.rollbackStmt = this.db.prepare('ROLLBACK');
@@ -179,7 +197,7 @@ export class SqliteStore implements Store {
   }
 
   /** A cached prepared statement; SQL shapes that vary are cached per shape. */
-  private stmt(sql: string): Database.Statement {
+  private stmt(sql: string): StatementSync {
     let s = this.statements.get(sql);
     if (!s) {
       s = this.db.prepare(sql);
@@ -188,12 +206,12 @@ export class SqliteStore implements Store {
     return s;
   }
 
-  /** A cached statement returning job rows, one JSON text each (see rows.ts). */
-  private jobStmt(sql: string): Database.Statement {
-    let st = this.jobStatements.get(sql);
+  /** A cached statement whose rows come as arrays (job rows: `[json]`, see rows.ts). */
+  private arrayStmt(sql: string): StatementSync {
+    let st = this.arrayStatements.get(sql);
     if (!st) {
-      st = this.db.prepare(sql).pluck(true);
-      this.jobStatements.set(sql, st);
+      st = arrays(this.db.prepare(sql));
+      this.arrayStatements.set(sql, st);
     }
     return st;
   }
@@ -216,9 +234,9 @@ export class SqliteStore implements Store {
         `UPDATE jobs SET ${CLAIM_SET} WHERE id IN (SELECT value FROM json_each(@ids)) AND state = 'queued' RETURNING ${jobJson('jobs')}`,
         CLAIM_PARAMS,
       ),
-      running: db.prepare("SELECT count(*) FROM jobs WHERE state = 'running' AND type = ?").pluck(true),
-      getJob: db.prepare(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`).pluck(true),
-      snapshotJson: db.prepare(SNAPSHOT_JSON_SQL).raw(true),
+      running: arrays(db.prepare("SELECT count(*) FROM jobs WHERE state = 'running' AND type = ?")),
+      getJob: arrays(db.prepare(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`)),
+      snapshotJson: arrays(db.prepare(SNAPSHOT_JSON_SQL)),
       promote: compile(
         db,
         `UPDATE jobs SET state = 'queued', updated_at = ${NEXT_UPDATED_AT}, log = ${logEntrySql('state', "'queued'", 'attempts', "'due'", 'NULL')}
@@ -226,7 +244,7 @@ export class SqliteStore implements Store {
         { id: (a: { id: string; at: number }) => a.id, at: (a: { id: string; at: number }) => a.at },
       ),
     };
-    this.prepared.claimIds.stmt.pluck(true);
+    arrays(this.prepared.claimIds.stmt);
     return this.prepared;
   }
 
@@ -243,15 +261,15 @@ export class SqliteStore implements Store {
       out = fn();
       this.commitStmt.run();
     } catch (err) {
-      if (this.db.inTransaction) this.rollbackStmt.run();
+      if (this.db.isTransaction) this.rollbackStmt.run();
       throw err;
     }
     this.checkpointer?.afterCommit(typeof rows === 'number' ? rows : rows(out));
     return out;
   }
 
-  async migrate(): Promise<void> {
-    this.write(() => {
+  async migrate(): Promise<MigrationResult> {
+    return this.write(() => {
       this.db.exec('CREATE TABLE IF NOT EXISTS longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
       const row = this.db.prepare("SELECT value FROM longhaul_meta WHERE key = 'schema_version'").get() as { value: string } | undefined;
       const current = row ? Number(row.value) : 0;
@@ -262,6 +280,7 @@ export class SqliteStore implements Store {
       this.db
         .prepare("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         .run(String(MIGRATIONS.length));
+      return { from: current, to: MIGRATIONS.length };
     });
   }
 
@@ -270,18 +289,23 @@ export class SqliteStore implements Store {
     return row ? Number(row.value) : 0;
   }
 
+  async ping(): Promise<void> {
+    this.stmt('SELECT 1 FROM longhaul_meta LIMIT 1').get();
+  }
+
   async close(): Promise<void> {
     await this.checkpointer?.close();
-    if (this.db.open) this.db.close();
+    if (this.db.isOpen) this.db.close();
   }
 
   // ---- submit -------------------------------------------------------------------------
 
   private insertOne(job: NewJob, maxBacklog: number | undefined): InsertResult {
     if (job.idempotencyKey !== null) {
-      const existing = this.stmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`)
-        .raw(true)
-        .get(job.tenant, job.idempotencyKey) as [string, string | null] | undefined;
+      const existing = this.arrayStmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(
+        job.tenant,
+        job.idempotencyKey,
+      ) as unknown as [string, string | null] | undefined;
       if (existing) {
         return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: jobFromJson(existing[0]) };
       }
@@ -309,15 +333,15 @@ export class SqliteStore implements Store {
   // ---- reads --------------------------------------------------------------------------
 
   async getJob(params: GetJobParams): Promise<JobRecord | null> {
-    const row = this.hot.getJob.get(params.id) as string | undefined;
+    const row = this.hot.getJob.get(params.id) as unknown as [string] | undefined;
     if (row === undefined) return null;
-    const job = jobFromJson(row);
+    const job = jobFromJson(row[0]);
     return params.tenant !== undefined && job.tenant !== params.tenant ? null : job;
   }
 
   async getSnapshotJson(params: GetJobParams): Promise<SnapshotJson | null> {
     const held = this.snapshots.get(params.id);
-    const row = this.hot.snapshotJson.get(held?.updatedAt ?? -1, held?.progress ?? null, params.id) as
+    const row = this.hot.snapshotJson.get(held?.updatedAt ?? -1, held?.progress ?? null, params.id) as unknown as
       | [string, JobState, number, number | null, number, number, string | null, string | null]
       | undefined;
     if (row === undefined) {
@@ -340,7 +364,7 @@ export class SqliteStore implements Store {
 
   async listJobs(params: ListJobsParams): Promise<JobPage> {
     const where: string[] = [];
-    const args: unknown[] = [];
+    const args: SQLInputValue[] = [];
     if (params.tenant !== undefined) {
       where.push('j.tenant = ?');
       args.push(params.tenant);
@@ -359,8 +383,8 @@ export class SqliteStore implements Store {
     }
     const limit = Math.max(1, Math.min(params.limit, 1000));
     const sql = `SELECT ${JOB_ROW} FROM jobs j ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT ?`;
-    const rows = this.jobStmt(sql).all(...args, limit + 1) as string[];
-    const items = rows.slice(0, limit).map(jobFromJson);
+    const rows = this.arrayStmt(sql).all(...args, limit + 1);
+    const items = jobsFromRows(rows.slice(0, limit));
     const last = items[items.length - 1];
     return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
   }
@@ -377,17 +401,21 @@ export class SqliteStore implements Store {
   }
 
   async activity(params: ActivityParams): Promise<Activity> {
+    // node:sqlite refuses a named value the statement does not use: each statement gets its own.
     const tenantSql = params.tenant === undefined ? '' : 'AND tenant = @tenant';
-    const args = { tenant: params.tenant, since: params.since, sinceId: uuidv7Floor(params.since), dsince: params.durationsSince, limit: params.limit };
+    const tenant: Record<string, SQLInputValue> = params.tenant === undefined ? {} : { tenant: params.tenant };
     // Ids are UUIDv7, ordered by creation time: the primary key answers "created since".
-    const submitted = this.stmt(`SELECT count(*) AS n FROM jobs WHERE id >= @sinceId ${tenantSql}`).get(args) as { n: number };
-    const finished = this.stmt(`SELECT count(*) AS n FROM jobs WHERE finished_at >= @since ${tenantSql}`).get(args) as { n: number };
+    const submitted = this.stmt(`SELECT count(*) AS n FROM jobs WHERE id >= @sinceId ${tenantSql}`).get({ ...tenant, sinceId: uuidv7Floor(params.since) }) as {
+      n: number;
+    };
+    const finished = this.stmt(`SELECT count(*) AS n FROM jobs WHERE finished_at >= @since ${tenantSql}`).get({ ...tenant, since: params.since }) as { n: number };
     const durations = this.stmt(
       `SELECT type, finished_at - started_at AS ms FROM jobs
        WHERE finished_at >= @dsince AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired') ${tenantSql}
        ORDER BY finished_at DESC LIMIT @limit`,
-    ).all(args) as { type: string; ms: number }[];
-    return { submitted: submitted.n, finished: finished.n, durations };
+    ).all({ ...tenant, dsince: params.durationsSince, limit: params.limit }) as { type: string; ms: number }[];
+    // Plain objects: node:sqlite's rows have no prototype.
+    return { submitted: submitted.n, finished: finished.n, durations: durations.map((d) => ({ type: d.type, ms: d.ms })) };
   }
 
   // ---- claims -------------------------------------------------------------------------
@@ -395,11 +423,11 @@ export class SqliteStore implements Store {
   private promoteDueSync(now: number, limit: number): number {
     const { promote } = this.hot;
     const n = Math.max(1, Math.floor(limit));
-    const ids = this.stmt(`SELECT id FROM jobs WHERE state IN ('pending', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ${n}`)
-      .pluck(true)
-      .all(now) as string[];
+    const rows = this.arrayStmt(`SELECT id FROM jobs WHERE state IN ('pending', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ${n}`).all(
+      now,
+    ) as unknown as [string][];
     let changed = 0;
-    for (const id of ids) changed += promote.stmt.run(...promote.args({ id, at: now })).changes;
+    for (const [id] of rows) changed += Number(promote.stmt.run(...promote.args({ id, at: now })).changes);
     return changed;
   }
 
@@ -443,26 +471,25 @@ export class SqliteStore implements Store {
     const now = params.now;
     this.promoteDueSync(now, 1000);
     const limit = Math.floor(params.limit);
-    let rows: string[];
+    let rows: unknown[];
     if (params.types.length === 1) {
       const t = params.types[0] as ClaimParams['types'][number];
       const room = this.room(t, limit);
       if (room <= 0) return [];
       const claim = this.claimType(room);
-      rows = claim.stmt.all(...claim.args({ worker: params.workerId, at: now, type: t.type, ids: '' })) as string[];
+      rows = claim.stmt.all(...claim.args({ worker: params.workerId, at: now, type: t.type, ids: '' }));
     } else {
       const candidates: [number, number, string][] = [];
       for (const t of params.types) {
         const room = this.room(t, limit);
-        if (room > 0) for (const c of this.candidates(room).all(t.type) as [number, number, string][]) candidates.push(c);
+        if (room > 0) for (const c of this.candidates(room).all(t.type) as unknown as [number, number, string][]) candidates.push(c);
       }
       if (candidates.length === 0) return [];
       candidates.sort((a, b) => a[0] - b[0] || a[1] - b[1] || (a[2] < b[2] ? -1 : a[2] > b[2] ? 1 : 0));
       const ids = JSON.stringify(candidates.slice(0, limit).map((c) => c[2]));
-      rows = hot.claimIds.stmt.all(...hot.claimIds.args({ worker: params.workerId, at: now, type: '', ids })) as string[];
+      rows = hot.claimIds.stmt.all(...hot.claimIds.args({ worker: params.workerId, at: now, type: '', ids }));
     }
-    const jobs = new Array<JobRecord>(rows.length);
-    for (let i = 0; i < rows.length; i++) jobs[i] = jobFromJson(rows[i] as string);
+    const jobs = jobsFromRows(rows);
     // RETURNING yields rows in no promised order.
     if (jobs.length > 1) jobs.sort(queueOrder);
     return jobs;
@@ -479,17 +506,17 @@ export class SqliteStore implements Store {
          RETURNING ${jobJson('jobs')}`,
         CLAIM_PARAMS,
       );
-      c.stmt.pluck(true);
+      arrays(c.stmt);
       this.claimByLimit.set(limit, c);
     }
     return c;
   }
 
   /** A type's first `limit` candidates in queue order, from its queue index alone. */
-  private candidates(limit: number): Database.Statement {
+  private candidates(limit: number): StatementSync {
     let st = this.candidatesByLimit.get(limit);
     if (!st) {
-      st = this.db.prepare(`SELECT priority, run_at, id FROM jobs WHERE state = 'queued' AND type = ? ORDER BY priority, run_at, id LIMIT ${limit}`).raw(true);
+      st = arrays(this.db.prepare(`SELECT priority, run_at, id FROM jobs WHERE state = 'queued' AND type = ? ORDER BY priority, run_at, id LIMIT ${limit}`));
       this.candidatesByLimit.set(limit, st);
     }
     return st;
@@ -498,7 +525,7 @@ export class SqliteStore implements Store {
   /** How many jobs of type `t` one claim may take: its limit less the running ones (every worker's). */
   private room(t: ClaimParams['types'][number], limit: number): number {
     if (t.concurrency === undefined || t.concurrency <= 0) return limit;
-    return Math.min(limit, t.concurrency - (this.hot.running.get(t.type) as number));
+    return Math.min(limit, t.concurrency - ((this.hot.running.get(t.type) as unknown as [number])[0]));
   }
 
   // ---- transitions --------------------------------------------------------------------
@@ -585,16 +612,15 @@ export class SqliteStore implements Store {
         AND max(coalesce((SELECT p.updated_at FROM job_progress p WHERE p.job_id = j.id), 0), j.started_at) + j.stall_timeout_ms < @now`,
       expired: "j.state = 'succeeded' AND j.expires_at IS NOT NULL AND j.expires_at < @now",
     };
-    const rows = this.jobStmt(`SELECT ${JOB_ROW} FROM jobs j WHERE ${conditions[params.kind]} LIMIT @limit`).all({
-      now: params.now,
-      limit: params.limit,
-      drain: params.drainMs ?? 0,
-    }) as string[];
-    return rows.map(jobFromJson);
+    const rows = this.arrayStmt(`SELECT ${JOB_ROW} FROM jobs j WHERE ${conditions[params.kind]} LIMIT @limit`).all(
+      // Only the statement that uses @drain may be given it (see activity).
+      params.kind === 'drained' ? { now: params.now, limit: params.limit, drain: params.drainMs ?? 0 } : { now: params.now, limit: params.limit },
+    );
+    return jobsFromRows(rows);
   }
 
   async pollChanges(): Promise<boolean> {
-    const v = this.stmt('PRAGMA data_version').pluck().get() as number;
+    const v = (this.arrayStmt('PRAGMA data_version').get() as unknown as [number])[0];
     const changed = v !== this.lastDataVersion;
     this.lastDataVersion = v;
     return changed;
@@ -706,5 +732,21 @@ export class SqliteStore implements Store {
       durationMs: r.duration_ms as number,
       responseSnippet: (r.response_snippet as string | null) ?? null,
     }));
+  }
+}
+
+/** Opens the file, naming it (and a missing directory) when that fails: node:sqlite's own message names neither. */
+function openDatabase(path: string): DatabaseSync {
+  // Loaded when a store opens, not when this module is imported: a process that never opens
+  // one (the CLI's client commands) does not load node:sqlite, nor get Node 22's warning that
+  // it is experimental; and the CLI can hide that warning before it is emitted.
+  const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
+  try {
+    return new DatabaseSync(path);
+  } catch (err) {
+    const message = (err as Error).message;
+    const dir = dirname(resolve(path));
+    if (path !== ':memory:' && !existsSync(dir)) throw new Error(`cannot open the SQLite database ${path}: the directory ${dir} does not exist`);
+    throw new Error(`cannot open the SQLite database ${path}: ${message}`);
   }
 }

@@ -2,7 +2,7 @@
  * Compare-and-swap transitions: one UPDATE per shape of TransitionParams (which patch fields
  * and expectations it carries), compiled once per shape and cached by a bit mask.
  */
-import type Database from 'better-sqlite3';
+import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { assertTransition } from '../../core/states.js';
 import type { TransitionParams } from '../store.js';
 import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
@@ -44,21 +44,21 @@ function json(value: unknown): string | null {
 }
 
 /** Every parameter a transition statement may use; a shape's statement binds only those it names. */
-const PARAMS: Readonly<Record<string, (p: TransitionParams) => unknown>> = {
+const PARAMS: Readonly<Record<string, (p: TransitionParams) => SQLInputValue>> = {
   id: (p) => p.id,
   from: (p) => p.from,
   to: (p) => p.to,
   at: (p) => p.at,
   reason: (p) => p.reason,
   worker: (p) => p.workerId ?? null,
-  runAt: (p) => p.patch?.runAt,
+  runAt: (p) => p.patch?.runAt ?? null,
   result: (p) => json(p.patch?.result),
   error: (p) => json(p.patch?.error),
   finishedAt: (p) => p.patch?.finishedAt ?? null,
   expiresAt: (p) => p.patch?.expiresAt ?? null,
   cancelReason: (p) => (p.patch?.cancelRequest ? p.patch.cancelRequest.reason : null),
   stalled: (p) => (p.patch?.stalled ? 1 : 0),
-  lease: (p) => p.lease,
+  lease: (p) => p.lease ?? null,
   expectCancel: (p) => (p.cancelRequested ? 1 : 0),
 };
 
@@ -96,10 +96,10 @@ export function checkTransition(p: TransitionParams): void {
 
 export class Transitions {
   private readonly byShape = new Map<number, Compiled<TransitionParams>>();
-  private dropProgress: Database.Statement | null = null;
+  private dropProgress: StatementSync | null = null;
 
   /** Statements are prepared on first use: the tables exist only once the store migrated. */
-  constructor(private readonly db: Database.Database) {}
+  constructor(private readonly db: DatabaseSync) {}
 
   /** Applies one checked transition inside the caller's write transaction; false when the CAS lost. */
   apply(p: TransitionParams): boolean {

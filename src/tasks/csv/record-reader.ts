@@ -15,9 +15,10 @@
  *   buffers the read stops at once (bounded memory); a record whose end is found but is longer
  *   than `maxRecordBytes` is refused too (the same verdict whatever the chunking).
  */
-import { addAbortSignal, pipeline, type Readable, Transform } from 'node:stream';
+import { pipeline, type Readable, Transform } from 'node:stream';
 import { type Options, Parser } from 'csv-parse';
 import { FatalError } from '../../core/errors.js';
+import { destroyOnAbort } from '../stream-abort.js';
 
 export interface CsvRecord {
   fields: string[];
@@ -106,10 +107,10 @@ export function readRecords(source: Readable, options: ReadOptions): RecordReade
       lastEnd = end;
     },
   );
-  addAbortSignal(signal, parser);
   pipeline(source, guard, parser, () => {
-    // Errors reach the consumer through the parser's iterator.
+    // Errors (and an abort, with its reason) reach the consumer through the parser's iterator.
   });
+  destroyOnAbort(signal, parser);
   async function* records(): AsyncGenerator<CsvRecord> {
     try {
       yield* parser as AsyncIterable<CsvRecord>;

@@ -2,6 +2,7 @@
 import { createWriteStream } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import { stringify } from 'csv-stringify/sync';
+import { withAbortReason } from '../../core/abort.js';
 import { formatCents, type SalesRow } from './sales-data.js';
 
 export const CSV_HEADER = ['n', 'date', 'region', 'product', 'quantity', 'unit_price', 'total'] as const;
@@ -29,5 +30,5 @@ export async function renderCsv(
     if (batch.length > 0) yield stringify(batch);
     onRows?.(done);
   }
-  await pipeline(text, createWriteStream(path), { signal });
+  await withAbortReason(signal, pipeline(text, createWriteStream(path), { signal }));
 }

@@ -9,6 +9,7 @@ import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import PDFDocument from 'pdfkit';
+import { abortReasonOr } from '../../core/abort.js';
 import { formatCents, type SalesRow, type SalesTotals } from './sales-data.js';
 
 /** A4 portrait, in PDF points. */
@@ -133,6 +134,9 @@ export async function renderPdf(
     await written;
     onRows?.(done);
     return { pages };
+  } catch (err) {
+    // The pipeline and `once` reject with a bare AbortError: report the cancel's reason.
+    throw abortReasonOr(signal, err);
   } finally {
     // Ends the pipeline when drawing failed; a no-op after success.
     doc.destroy();

@@ -7,6 +7,7 @@
 import { createReadStream, createWriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { pipeline } from 'node:stream/promises';
+import { withAbortReason } from '../../core/abort.js';
 
 export interface SalesRow {
   n: number;
@@ -97,7 +98,7 @@ export async function spoolSales(
     }
   }
   // pipeline: backpressure, write errors and the abort all end the stage (and close the file).
-  await pipeline(lines, createWriteStream(path), { signal });
+  await withAbortReason(signal, pipeline(lines, createWriteStream(path), { signal }));
   return totals;
 }
 

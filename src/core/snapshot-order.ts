@@ -1,0 +1,31 @@
+/**
+ * The order of a job's snapshots as a stream sends them: never back in time, never the same
+ * one twice. A job's snapshots reach a stream by several routes (store reads, progress pushed
+ * on the bus or relayed by a channel, the answer to a cancel) and a store read can lag progress
+ * already seen, because progress travels on the fast path and not as job-row updates.
+ */
+import type { JobSnapshot } from './job.js';
+
+/** What makes two snapshots of one job the same visible change. */
+export function snapshotKey(s: JobSnapshot): string {
+  return `${s.status}|${s.updatedAt}|${s.progress.updatedAt}|${s.cancelRequested}|${s.stalled}|${s.attempts}`;
+}
+
+/**
+ * What to send after `prev` (the last snapshot sent) when `next` arrives: `next` itself; `next`
+ * carrying `prev`'s progress when `next`'s is older within the same attempt (a store read that
+ * lags progress already sent: the answer to a cancel, a running → cancelled end); or null when
+ * `next` is an older state than `prev` or shows nothing new. A succeeded job keeps its own
+ * progress (100 %), and a new attempt its own, even when older. Times are ISO-8601 texts of
+ * one format, so they compare as strings.
+ */
+export function nextInOrder(prev: JobSnapshot | undefined, next: JobSnapshot): JobSnapshot | null {
+  if (!prev) return next;
+  if (next.updatedAt < prev.updatedAt) return null;
+  let out = next;
+  const seen = prev.progress.updatedAt;
+  if (seen && next.attempts === prev.attempts && next.status !== 'succeeded' && (!next.progress.updatedAt || next.progress.updatedAt < seen)) {
+    out = { ...next, progress: prev.progress };
+  }
+  return snapshotKey(out) === snapshotKey(prev) ? null : out;
+}
