@@ -48,6 +48,7 @@ import {
   webhookTask,
 } from './webhooks/service.js';
 import { Worker, type WorkerOptions } from './worker/runtime.js';
+import { parseJson } from './core/json-text.js';
 
 export interface OpenOptions extends Partial<LonghaulConfig> {
   /** A SQLite path or a `postgres://` URL (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
@@ -196,7 +197,7 @@ function jsonCopy(value: unknown, what: string): unknown {
   if (text === undefined) throw new InvalidOptionsError(`${what} must be JSON-serializable: ${typeof value} has no JSON form`, what);
   // Each level of nesting takes at least two characters: short texts need no walk.
   if (text.length > 2 * MAX_JSON_DEPTH && jsonDepth(value) > MAX_JSON_DEPTH) throw tooDeep();
-  const copy: unknown = JSON.parse(text);
+  const copy: unknown = parseJson(text);
   refuseUnstorable(findUnstorableInJson(copy, text, what));
   return copy;
 }

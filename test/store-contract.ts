@@ -124,6 +124,31 @@ export function runStoreContract(name: string, makeStore: () => Promise<Store>):
     // ---- insert / get ----
 
     describe('insert and get', () => {
+      it('keys written as one escape sequence read back as written, after a backslash key was read at the same place', async () => {
+        // Node 24/26's JSON.parse misreads such a key as "\\" once it has parsed an object with
+        // the same earlier keys and a "\\" key there (src/core/json-text.ts). Every read below
+        // comes after one of those.
+        const keys = ['\\', '"', '\n', '\u0001', '\u001f', '/', '\b'];
+        const ids: string[] = [];
+        for (const k of keys) {
+          const nj = newJob({ input: { h: [], [k]: k }, metadata: { owner: 'ann', [k]: { h: 1, [k]: true } } });
+          ids.push(nj.id);
+          await store.insertJob({ job: nj });
+        }
+        for (let round = 0; round < 2; round++) {
+          for (const [i, k] of keys.entries()) {
+            const got = await get(ids[i] as string);
+            assert.deepEqual(Object.keys(got.input as object), ['h', k]);
+            assert.deepEqual(got.metadata, { owner: 'ann', [k]: { h: 1, [k]: true } });
+          }
+        }
+        const page = await store.listJobs({ limit: 100 });
+        for (const job of page.items) {
+          const k = Object.keys(job.input as object)[1] as string;
+          assert.equal((job.input as Record<string, unknown>)[k], k, 'each key holds its own text');
+        }
+      });
+
       it('creates a job whose record reads back identically', async () => {
         const nj = newJob({ input: { file: 'a.csv', rows: [1, 2] }, metadata: { owner: 'ann' }, priority: 'high', maxAttempts: 5, timeoutMs: 9_000 });
         const r = await store.insertJob({ job: nj });

@@ -18,6 +18,7 @@ import type { UploadInfo, UploadsHandle } from './handles.js';
 import { toReadable } from './meter.js';
 import { readSmall } from './read-small.js';
 import type { BlobSource, BlobStore } from './store.js';
+import { parseJson } from '../core/json-text.js';
 
 export const DEFAULT_UPLOAD_TOMBSTONE_MS = 7 * 86_400_000;
 
@@ -105,7 +106,7 @@ async function readMeta(blobs: BlobStore, id: string): Promise<UploadMeta | null
     if ((err as { code?: string }).code === 'BLOB_NOT_FOUND') return null;
     throw err;
   }
-  const meta = JSON.parse(text) as UploadMeta;
+  const meta = parseJson(text) as UploadMeta;
   if (meta.id !== id || typeof meta.tenant !== 'string') throw new Error(`upload ${id}: metadata is damaged`);
   return meta;
 }

@@ -14,6 +14,7 @@ import type { Progress } from '../core/progress.js';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
 import { deliverMessage } from './deliver.js';
 import { encode, isProgress } from './wire.js';
+import { parseJson } from '../core/json-text.js';
 
 export interface RedisChannelOptions {
   /** `redis://[user:password@]host:port[/db]` (or `rediss://`). */
@@ -121,7 +122,7 @@ export class RedisChannel implements Channel {
     if (text === null) return null;
     let value: unknown;
     try {
-      value = JSON.parse(text);
+      value = parseJson(text);
     } catch {
       return null;
     }

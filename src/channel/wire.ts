@@ -7,6 +7,7 @@
 import type { Progress } from '../core/progress.js';
 import { isJobState } from '../core/states.js';
 import { type Envelope, MAX_CHANGED_IDS, RELAY_EVENT_NAMES, type RelayEventName } from './channel.js';
+import { parseJson } from '../core/json-text.js';
 
 const VERSION = 1;
 /** Free-text fields (reasons) longer than this are cut when a message must shrink. */
@@ -109,7 +110,7 @@ function pick(event: RelayEventName, d: Obj): Obj {
 export function decode(text: string): Envelope | null {
   let raw: unknown;
   try {
-    raw = JSON.parse(text);
+    raw = parseJson(text);
   } catch {
     return null;
   }

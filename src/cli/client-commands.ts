@@ -7,6 +7,7 @@ import { isTerminal } from '../core/states.js';
 import { renderLine } from './progress-bar.js';
 import { CliError } from './runtime.js';
 import { outcomeLine, watchJob } from './watch.js';
+import { parseJson } from '../core/json-text.js';
 
 interface ClientFlags {
   url?: string;
@@ -61,7 +62,7 @@ function nextPageCommand(flags: { status?: string; type?: string; limit: string 
 function parseInput(text: string | undefined): unknown {
   if (text === undefined) return undefined;
   try {
-    return JSON.parse(text);
+    return parseJson(text);
   } catch (err) {
     throw new CliError(`--input is not valid JSON: ${(err as Error).message}`);
   }

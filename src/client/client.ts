@@ -11,6 +11,7 @@ import { idempotencyKeyProblem } from '../core/limits.js';
 import { isTerminal, type JobState } from '../core/states.js';
 import { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
 import { readSse, type SseItem, SseParser } from './sse.js';
+import { parseJson } from '../core/json-text.js';
 
 /** The subset of `fetch` the client uses; the global `fetch` fits. */
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
@@ -163,7 +164,7 @@ export function snapshotKey(job: JobSnapshot): string {
 
 function parseSnapshot(data: string): JobSnapshot | null {
   try {
-    const v: unknown = JSON.parse(data);
+    const v: unknown = parseJson(data);
     if (v && typeof v === 'object' && typeof (v as JobSnapshot).id === 'string' && typeof (v as JobSnapshot).status === 'string') return v as JobSnapshot;
   } catch {
     // Not a snapshot: ignored.
@@ -249,7 +250,7 @@ export class LonghaulClient {
       headers['idempotency-key'] = options.idempotencyKey;
     }
     const res = await this.request('POST', '/v1/jobs', { body, headers, signal: options.signal });
-    const job = (await res.json()) as JobSnapshot;
+    const job = parseJson(await res.text()) as JobSnapshot;
     return {
       job,
       replayed: res.headers.get('idempotent-replayed') === 'true' || res.status === 200,
@@ -266,7 +267,7 @@ export class LonghaulClient {
   /** The snapshot plus the server's `Retry-After` hint (present while the job is not terminal). */
   async getDetailed(id: string, options: RequestOptions = {}): Promise<GetResult> {
     const res = await this.request('GET', `/v1/jobs/${enc(id)}`, { signal: options.signal });
-    const job = (await res.json()) as JobSnapshot;
+    const job = parseJson(await res.text()) as JobSnapshot;
     return { job, retryAfterMs: parseRetryAfter(res.headers.get('retry-after')) };
   }
 
@@ -278,7 +279,7 @@ export class LonghaulClient {
     if (filters.limit !== undefined) query.set('limit', String(filters.limit));
     if (filters.cursor !== undefined) query.set('cursor', filters.cursor);
     const res = await this.request('GET', '/v1/jobs', { query, signal: filters.signal });
-    const page = (await res.json()) as { items: JobSnapshot[]; nextCursor?: string | null };
+    const page = parseJson(await res.text()) as { items: JobSnapshot[]; nextCursor?: string | null };
     return { items: page.items, nextCursor: page.nextCursor ?? null };
   }
 
@@ -296,24 +297,24 @@ export class LonghaulClient {
   /** Cancels a job: `cancelled`, or `running` with `cancelRequested: true` while its handler stops. */
   async cancel(id: string, options: RequestOptions = {}): Promise<JobSnapshot> {
     const res = await this.request('POST', `/v1/jobs/${enc(id)}/cancel`, { signal: options.signal });
-    return (await res.json()) as JobSnapshot;
+    return parseJson(await res.text()) as JobSnapshot;
   }
 
   /** Requeues a failed or cancelled job with a fresh attempt budget. */
   async retry(id: string, options: RequestOptions = {}): Promise<JobSnapshot> {
     const res = await this.request('POST', `/v1/jobs/${enc(id)}/retry`, { signal: options.signal });
-    return (await res.json()) as JobSnapshot;
+    return parseJson(await res.text()) as JobSnapshot;
   }
 
   /** The job's transition log, oldest first. */
   async transitions(id: string, options: RequestOptions = {}): Promise<JobTransition[]> {
     const res = await this.request('GET', `/v1/jobs/${enc(id)}/transitions`, { signal: options.signal });
-    return ((await res.json()) as { items: JobTransition[] }).items;
+    return (parseJson(await res.text()) as { items: JobTransition[] }).items;
   }
 
   async stats(options: RequestOptions = {}): Promise<JobStats> {
     const res = await this.request('GET', '/v1/stats', { signal: options.signal });
-    return (await res.json()) as JobStats;
+    return parseJson(await res.text()) as JobStats;
   }
 
   /** Mints a short-lived token for `EventSource` / WebSocket URLs (`?token=`). */
@@ -323,7 +324,7 @@ export class LonghaulClient {
     if (request.all !== undefined) body.all = request.all;
     if (request.ttlSeconds !== undefined) body.ttlSeconds = request.ttlSeconds;
     const res = await this.request('POST', '/v1/stream-tokens', { body, signal: request.signal });
-    return (await res.json()) as StreamToken;
+    return parseJson(await res.text()) as StreamToken;
   }
 
   // ---- following a job -----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 /** Errors of the client SDK. */
 import type { JobSnapshot } from '../core/job.js';
+import { parseJson } from '../core/json-text.js';
 
 /** One field error of a problem document (`errors: [{path, message}]`). */
 export interface FieldError {
@@ -97,7 +98,7 @@ export class LonghaulApiError extends Error {
     let body: unknown = text;
     if (text !== '') {
       try {
-        body = JSON.parse(text);
+        body = parseJson(text);
       } catch {
         body = text;
       }

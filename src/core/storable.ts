@@ -12,6 +12,7 @@
  *
  * Pure: no I/O.
  */
+import { parseJson } from './json-text.js';
 
 /** U+0000, a high surrogate not followed by a low one, or a low surrogate not preceded by a high one. */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: U+0000 is exactly what this looks for
@@ -97,7 +98,7 @@ export function findUnstorableInJson(value: unknown, json: string, root: string)
 export function findUnstorableInValue(value: unknown, root: string): UnstorableAt | null {
   const json = JSON.stringify(value);
   if (json === undefined || !MAYBE_IN_JSON.test(json)) return null;
-  return findUnstorable(JSON.parse(json), root);
+  return findUnstorable(parseJson(json), root);
 }
 
 /** What is wrong at the path: `holds U+0000, which Longhaul does not store (...)`. */

@@ -19,6 +19,7 @@ import { registerUploadRoutes, type UploadRouteOptions } from './routes/uploads.
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
 import { acceptWebSockets } from './websocket.js';
+import { parseJson } from '../core/json-text.js';
 
 export interface ServerOptions {
   lh: Longhaul;
@@ -127,7 +128,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     if (text.trim() === '') return done(null, undefined);
     let value: unknown;
     try {
-      value = JSON.parse(text);
+      value = parseJson(text);
     } catch (err) {
       return done(new HttpProblem(400, 'MALFORMED_JSON', `request body is not valid JSON: ${(err as Error).message}`), undefined);
     }

@@ -4,6 +4,7 @@
  * tenant-wide feed) and its expiry, signed with HMAC-SHA256.
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { parseJson } from '../core/json-text.js';
 
 export interface StreamGrant {
   tenant: string;
@@ -31,7 +32,7 @@ export class StreamTokens {
     const expected = Buffer.from(this.sign(body), 'base64url');
     if (sig.length !== expected.length || !timingSafeEqual(sig, expected)) return null;
     try {
-      const v = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as { t: string; j: string[] | '*'; e: number };
+      const v = parseJson(Buffer.from(body, 'base64url').toString('utf8')) as { t: string; j: string[] | '*'; e: number };
       if (typeof v.e !== 'number' || v.e < now) return null;
       return { tenant: v.t, jobs: v.j, exp: v.e };
     } catch {

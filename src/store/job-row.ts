@@ -4,6 +4,7 @@
  * decoding of the JSON columns.
  */
 import type { Checkpoint } from '../core/job.js';
+import { parseJson as parseJsonText } from '../core/json-text.js';
 
 /** The job-row columns, in reading order. */
 export const JOB_COLUMNS = [
@@ -42,14 +43,14 @@ export const JOB_COLUMNS = [
 
 /** A JSON column's value, or `fallback` when it is NULL. */
 export function parseJson<T>(text: unknown, fallback: T): T {
-  return typeof text === 'string' ? (JSON.parse(text) as T) : fallback;
+  return typeof text === 'string' ? (parseJsonText(text) as T) : fallback;
 }
 
 /** A checkpoint column: unreadable bytes or shape come back flagged `corrupt` (the next attempt starts over). */
 export function parseCheckpoint(text: unknown): Checkpoint | null {
   if (typeof text !== 'string') return null;
   try {
-    const value = JSON.parse(text) as { version?: unknown; data?: unknown };
+    const value = parseJsonText(text) as { version?: unknown; data?: unknown };
     if (typeof value !== 'object' || value === null || typeof value.version !== 'number') return { version: Number.NaN, data: null, corrupt: true };
     return { version: value.version, data: value.data };
   } catch {

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import type { JobError } from '../core/errors.js';
 import type { JobRecord } from '../core/job.js';
 import { findUnstorableInJson, unstorableMessage } from '../core/storable.js';
+import { parseJson } from '../core/json-text.js';
 
 /** A handler's return value as the store keeps it (a JSON copy), or why the attempt fails. */
 export function storedResult(value: unknown): { ok: true; value: unknown } | { ok: false; error: JobError } {
@@ -15,7 +16,7 @@ export function storedResult(value: unknown): { ok: true; value: unknown } | { o
   let copy: unknown;
   try {
     text = JSON.stringify(value);
-    copy = JSON.parse(text as string);
+    copy = parseJson(text as string);
   } catch (err) {
     return { ok: false, error: { message: `result is not JSON-serializable: ${(err as Error).message}`, code: 'RESULT_NOT_SERIALIZABLE', retryable: false } };
   }

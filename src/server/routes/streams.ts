@@ -12,6 +12,7 @@ import { HttpProblem, toProblem } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
 import { changeSeq, SSE_HEADERS, sseFrame, statusKey } from '../sse.js';
 import { grantAllows } from '../stream-token.js';
+import { parseJson } from '../../core/json-text.js';
 
 function assertGrant(request: FastifyRequest, id: string | '*'): void {
   if (request.grant && !grantAllows(request.grant, id)) throw new HttpProblem(401, 'INVALID_TOKEN', 'this stream token does not grant that stream');
@@ -162,7 +163,7 @@ export function webSocketSession({ lh, hub, streamBufferBytes, log }: AppContext
     const handle = async (data: Buffer, isBinary: boolean) => {
       let msg: { op?: unknown; id?: unknown };
       try {
-        msg = JSON.parse(isBinary ? '' : data.toString('utf8'));
+        msg = parseJson(isBinary ? '' : data.toString('utf8')) as { op?: unknown; id?: unknown };
       } catch {
         return fail(undefined, new HttpProblem(400, 'MALFORMED_JSON', 'messages must be JSON objects'));
       }

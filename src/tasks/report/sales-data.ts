@@ -8,6 +8,7 @@ import { createReadStream, createWriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { pipeline } from 'node:stream/promises';
 import { withAbortReason } from '../../core/abort.js';
+import { parseJson } from '../../core/json-text.js';
 
 export interface SalesRow {
   n: number;
@@ -107,7 +108,7 @@ export async function* readSpool(path: string): AsyncGenerator<SalesRow> {
   const input = createReadStream(path);
   const lines = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
   try {
-    for await (const line of lines) if (line !== '') yield JSON.parse(line) as SalesRow;
+    for await (const line of lines) if (line !== '') yield parseJson(line) as SalesRow;
   } finally {
     lines.close();
     input.destroy();
