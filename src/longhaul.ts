@@ -49,6 +49,8 @@ import {
 } from './webhooks/service.js';
 import { Worker, type WorkerOptions } from './worker/runtime.js';
 import { parseJson } from './core/json-text.js';
+import { cancelNow, manualRetry, requestCancel } from './core/transitions.js';
+import { applyTransition } from './transitions/apply.js';
 
 export interface OpenOptions extends Partial<LonghaulConfig> {
   /** A SQLite path or a `postgres://` URL (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
@@ -672,45 +674,12 @@ export class Longhaul {
       const now = Date.now();
       if (isTerminal(job.state)) throw new JobStateConflictError(id, job.state, 'cancel');
       if (IMMEDIATELY_CANCELLABLE.has(job.state)) {
-        const [ok] = await this.store.transition({
-          items: [
-            {
-              id,
-              from: job.state,
-              to: 'cancelled',
-              reason: 'cancelled by user',
-              at: now,
-              patch: { finishedAt: now, error: { message: 'cancelled', code: 'CANCELLED', retryable: false } },
-            },
-          ],
-        });
-        if (ok) {
-          this.bus.emit('job:changed', { id, tenant: job.tenant, type: job.type, from: job.state, to: 'cancelled', reason: 'cancelled by user' });
-          return toSnapshot(await this.mustGet(id, scope));
-        }
+        if (await applyTransition(this.store, this.bus, job, cancelNow(job, now))) return toSnapshot(await this.mustGet(id, scope));
         continue; // lost a race: look again
       }
       if (job.state === 'running') {
         if (job.cancelRequested) return toSnapshot(job);
-        const [ok] = await this.store.transition({
-          items: [
-            {
-              id,
-              from: 'running',
-              to: 'running',
-              lease: job.lease,
-              cancelRequested: false,
-              reason: 'cancel requested by user',
-              at: now,
-              patch: { cancelRequest: { reason: 'user' } },
-            },
-          ],
-        });
-        if (ok) {
-          this.bus.emit('job:changed', { id, tenant: job.tenant, type: job.type, from: 'running', to: 'running', reason: 'cancel requested by user' });
-          this.bus.emit('job:cancel-requested', { id, reason: 'user' });
-          return toSnapshot(await this.mustGet(id, scope));
-        }
+        if (await applyTransition(this.store, this.bus, job, requestCancel(job, now))) return toSnapshot(await this.mustGet(id, scope));
       }
     }
     throw new Error(`could not cancel job ${id}: it kept changing state`);
@@ -723,25 +692,10 @@ export class Longhaul {
     if (job.state !== 'failed' && job.state !== 'cancelled') throw new JobStateConflictError(id, job.state, 'retry');
     // Before the transition: the next end of the job sends an event again (the one already sent is not repeated).
     await this.store.rearmWebhook({ jobId: id });
-    const now = Date.now();
-    const [ok] = await this.store.transition({
-      items: [
-        {
-          id,
-          from: job.state,
-          to: 'queued',
-          reason: 'manual retry',
-          at: now,
-          // `error` stays: the snapshot shows it as `lastError` (its `error` is null while queued).
-          patch: { resetAttempts: true, finishedAt: null, runAt: now, cancelRequest: false, stalled: false },
-        },
-      ],
-    });
-    if (!ok) {
+    if (!(await applyTransition(this.store, this.bus, job, manualRetry(job, Date.now())))) {
       const fresh = await this.mustGet(id, scope);
       throw new JobStateConflictError(id, fresh.state, 'retry');
     }
-    this.bus.emit('job:changed', { id, tenant: job.tenant, type: job.type, from: job.state, to: 'queued', reason: 'manual retry' });
     return toSnapshot(await this.mustGet(id, scope));
   }
 

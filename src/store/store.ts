@@ -9,10 +9,10 @@
  *   progress, checkpoint, completion) are refused once the lease has moved on.
  * - `canTransition` from core decides what is legal; a store never applies anything else.
  */
-import type { JobError } from '../core/errors.js';
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
 import type { JobState } from '../core/states.js';
+import type { TransitionParams } from '../core/transitions.js';
 
 /** A job as submitted: everything the store writes on insert. */
 export interface NewJob {
@@ -147,36 +147,8 @@ export interface ClaimParams {
 }
 
 /** What a transition may change besides the state. Undefined fields stay as they are. */
-export interface JobPatch {
-  runAt?: number;
-  result?: unknown;
-  error?: JobError | null;
-  finishedAt?: number | null;
-  expiresAt?: number | null;
-  /** A manual retry: attempts back to 0, a new budget. */
-  resetAttempts?: boolean;
-  /** Hand-back on graceful shutdown: the interrupted attempt does not count. */
-  refundAttempt?: boolean;
-  clearCheckpoint?: boolean;
-  /** Set (with a reason) or clear the cancel request. */
-  cancelRequest?: { reason: string } | false;
-  stalled?: boolean;
-}
-
-export interface TransitionParams {
-  id: string;
-  /** Expected current state (compare-and-swap). */
-  from: JobState;
-  to: JobState;
-  /** Expected lease token; omit for transitions not made by the lease holder. */
-  lease?: number;
-  /** Expected cancel-request flag (so two cancel requests don't both apply). */
-  cancelRequested?: boolean;
-  reason: string;
-  workerId?: string | null;
-  at: number;
-  patch?: JobPatch;
-}
+/** The transition types live with the builders (core/transitions.ts); re-exported for the stores. */
+export type { JobPatch, TransitionParams } from '../core/transitions.js';
 
 export interface LeaseRef {
   id: string;

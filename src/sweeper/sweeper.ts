@@ -7,11 +7,11 @@
  * two sweepers acting on the same job exactly one wins and the other's write is a no-op.
  */
 import type { Logger } from 'pino';
-import type { JobError } from '../core/errors.js';
-import type { JobRecord } from '../core/job.js';
-import { decideAfterLostWorker } from '../core/lifecycle.js';
 import type { JobBus } from '../channel/bus.js';
-import type { Store, TransitionParams } from '../store/store.js';
+import type { JobRecord } from '../core/job.js';
+import { expireResult, flagStalled, forceCancel, reapLostWorker, requestTimeout, type TransitionParams } from '../core/transitions.js';
+import type { Store } from '../store/store.js';
+import { applyTransitions } from '../transitions/apply.js';
 
 export interface SweeperOptions {
   store: Store;
@@ -80,40 +80,14 @@ export class Sweeper {
     return this.running;
   }
 
+  /** Applies one transition per job (built from the job); the number that applied. */
   private async apply(jobs: JobRecord[], make: (job: JobRecord) => TransitionParams): Promise<number> {
-    if (jobs.length === 0) return 0;
-    const items = jobs.map(make);
-    const applied = await this.options.store.transition({ items });
-    let n = 0;
-    applied.forEach((ok, i) => {
-      const p = items[i] as TransitionParams;
-      const job = jobs[i] as JobRecord;
-      if (!ok) return;
-      n++;
-      this.options.bus.emit('job:changed', { id: job.id, tenant: job.tenant, type: job.type, from: p.from, to: p.to, reason: p.reason });
-      if (p.patch?.cancelRequest) this.options.bus.emit('job:cancel-requested', { id: job.id, reason: p.patch.cancelRequest.reason });
-    });
-    return n;
-  }
-
-  /** running → cancelled for a job whose cancel request its handler cannot (or did not) honour. */
-  private forcedCancel(job: JobRecord, now: number, why: 'drain' | 'heartbeat lost'): TransitionParams {
-    const timeout = job.cancelReason === 'timeout';
-    const cause = why === 'drain' ? 'the handler ignored cancellation' : 'the worker stopped heartbeating';
-    const error: JobError = timeout
-      ? { message: `timed out after ${job.timeoutMs} ms; ${cause}`, code: 'TIMEOUT', retryable: false }
-      : { message: `cancelled; ${cause}`, code: 'CANCELLED', retryable: false };
-    const what = timeout ? 'timeout' : 'cancelled';
-    return {
-      id: job.id,
-      from: 'running',
-      to: 'cancelled',
-      lease: job.lease,
-      reason: why === 'drain' ? `${what} (forced after drain)` : `${what} (heartbeat lost)`,
-      at: now,
-      workerId: job.workerId,
-      patch: { error, finishedAt: now },
-    };
+    const applied = await applyTransitions(
+      this.options.store,
+      this.options.bus,
+      jobs.map((job) => ({ job, write: make(job) })),
+    );
+    return applied.filter(Boolean).length;
   }
 
   private async pass(): Promise<SweepReport> {
@@ -133,61 +107,20 @@ export class Sweeper {
     if (report.promoted > 0) this.options.bus.emit('jobs:promoted', { count: report.promoted });
 
     const stale = await store.sweepCandidates({ kind: 'stale', now, limit: this.batch });
-    report.reaped = await this.apply(stale, (job) => {
-      // Cancellation was asked for and no worker is left to honour it: it takes effect now
-      // (requeueing would run the job again; failing would report a crash instead of the cancel).
-      if (job.cancelRequested) return this.forcedCancel(job, now, 'heartbeat lost');
-      const d = decideAfterLostWorker(job.attempts, job.maxAttempts, now);
-      return {
-        id: job.id,
-        from: 'running',
-        to: d.to,
-        lease: job.lease,
-        reason: d.to === 'failed' ? 'heartbeat lost; attempts exhausted' : 'heartbeat lost; requeued',
-        at: now,
-        workerId: job.workerId,
-        patch: d.to === 'failed' ? { error: d.error, finishedAt: now } : { error: d.error, runAt: d.runAt },
-      };
-    });
+    report.reaped = await this.apply(stale, (job) => reapLostWorker(job, now));
 
     const timedOut = await store.sweepCandidates({ kind: 'timed-out', now, limit: this.batch });
-    report.timedOut = await this.apply(timedOut, (job) => ({
-      id: job.id,
-      from: 'running',
-      to: 'running',
-      lease: job.lease,
-      cancelRequested: false,
-      reason: 'cancel requested: timeout',
-      at: now,
-      workerId: job.workerId,
-      patch: { cancelRequest: { reason: 'timeout' } },
-    }));
+    report.timedOut = await this.apply(timedOut, (job) => requestTimeout(job, job.workerId, now));
 
     const drained = await store.sweepCandidates({ kind: 'drained', now, limit: this.batch, drainMs: this.options.cancelDrainMs ?? 30_000 });
-    report.forced = await this.apply(drained, (job) => this.forcedCancel(job, now, 'drain'));
+    report.forced = await this.apply(drained, (job) => forceCancel(job, now, 'drain'));
 
     const stalled = await store.sweepCandidates({ kind: 'stalled', now, limit: this.batch });
-    report.stalled = await this.apply(stalled, (job) => ({
-      id: job.id,
-      from: 'running',
-      to: 'running',
-      lease: job.lease,
-      reason: 'stalled: no progress',
-      at: now,
-      workerId: job.workerId,
-      patch: { stalled: true },
-    }));
+    report.stalled = await this.apply(stalled, (job) => flagStalled(job, now));
 
     const expired = await store.sweepCandidates({ kind: 'expired', now, limit: this.batch });
     if (expired.length > 0 && this.options.expireFiles) await this.options.expireFiles(expired);
-    report.expired = await this.apply(expired, (job) => ({
-      id: job.id,
-      from: 'succeeded',
-      to: 'expired',
-      reason: 'result TTL elapsed',
-      at: now,
-      patch: { result: null },
-    }));
+    report.expired = await this.apply(expired, (job) => expireResult(job, now));
     if (this.options.maintenance) {
       try {
         await this.options.maintenance(now);

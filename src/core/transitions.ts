@@ -1,0 +1,254 @@
+/**
+ * Every transition a job can make after it was submitted, decided here and nowhere else.
+ *
+ * Each builder returns the store write (a compare-and-swap on the state, and on the lease for
+ * writes of the lease holder) with its reason and patch. What a write announces follows from
+ * the write alone (`eventsOf`): a `job:changed` for every applied write, and a
+ * `job:cancel-requested` for one that records a cancel request. `transitions/apply.ts` writes
+ * them and announces the applied ones, so no caller builds a transition or emits by hand.
+ *
+ * Claims (queued → running) and promotions (pending/retrying → queued) are written by the store
+ * in bulk (`claimJobs`, `promoteDue`) and are not built here.
+ *
+ * Pure: no I/O.
+ */
+import type { JobError } from './errors.js';
+import type { JobRecord } from './job.js';
+import { decideAfterLostWorker, type FailureOutcome } from './lifecycle.js';
+import type { JobState } from './states.js';
+
+/** What a transition changes besides the state (absent fields stay as they are). */
+export interface JobPatch {
+  runAt?: number;
+  result?: unknown;
+  error?: JobError | null;
+  finishedAt?: number | null;
+  expiresAt?: number | null;
+  /** A manual retry: attempts back to 0, a new budget. */
+  resetAttempts?: boolean;
+  /** Hand-back on graceful shutdown: the interrupted attempt does not count. */
+  refundAttempt?: boolean;
+  clearCheckpoint?: boolean;
+  /** Set (with a reason) or clear the cancel request. */
+  cancelRequest?: { reason: string } | false;
+  stalled?: boolean;
+}
+
+/** One compare-and-swap write of a job's state. */
+export interface TransitionParams {
+  id: string;
+  /** Expected current state (compare-and-swap). */
+  from: JobState;
+  to: JobState;
+  /** Expected lease token; omit for transitions not made by the lease holder. */
+  lease?: number;
+  /** Expected cancel-request flag (so two cancel requests don't both apply). */
+  cancelRequested?: boolean;
+  reason: string;
+  workerId?: string | null;
+  at: number;
+  patch?: JobPatch;
+}
+
+/** What a builder needs to know of a job. */
+export type JobRef = Pick<JobRecord, 'id' | 'state' | 'lease'>;
+/** What a job's announcements name. */
+export type JobIdentity = Pick<JobRecord, 'id' | 'tenant' | 'type'>;
+
+/** The announcements of an applied write. */
+export type TransitionEvent =
+  | { name: 'job:changed'; data: { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string } }
+  | { name: 'job:cancel-requested'; data: { id: string; reason: string } };
+
+/** Why a cancel was asked for. */
+export type CancelKind = 'cancelled' | 'timeout';
+
+// ---- errors a transition records ----------------------------------------------------------------
+
+/** A job cancelled by a user, or by its handler honouring a cancel request. */
+export function cancelledError(cause?: string): JobError {
+  return { message: cause === undefined ? 'cancelled' : `cancelled; ${cause}`, code: 'CANCELLED', retryable: false };
+}
+
+/** A job that ran past its timeout. */
+export function timeoutError(timeoutMs: number | null, cause?: string): JobError {
+  const message = `timed out after ${timeoutMs} ms`;
+  return { message: cause === undefined ? message : `${message}; ${cause}`, code: 'TIMEOUT', retryable: false };
+}
+
+// ---- by a user ------------------------------------------------------------------------------------
+
+/** A job that has not started (pending, queued, retrying, waiting) → cancelled. */
+export function cancelNow(job: JobRef, now: number): TransitionParams {
+  return { id: job.id, from: job.state, to: 'cancelled', reason: 'cancelled by user', at: now, patch: { finishedAt: now, error: cancelledError() } };
+}
+
+/** A running job: records the user's cancel request (its handler's ctx.signal fires). */
+export function requestCancel(job: JobRef, now: number): TransitionParams {
+  return {
+    id: job.id,
+    from: 'running',
+    to: 'running',
+    lease: job.lease,
+    cancelRequested: false,
+    reason: 'cancel requested by user',
+    at: now,
+    patch: { cancelRequest: { reason: 'user' } },
+  };
+}
+
+/** A failed or cancelled job → queued with a fresh attempt budget; it resumes from its checkpoint. */
+export function manualRetry(job: JobRef, now: number): TransitionParams {
+  return {
+    id: job.id,
+    from: job.state,
+    to: 'queued',
+    reason: 'manual retry',
+    at: now,
+    // `error` stays: the snapshot shows it as `lastError` (its `error` is null while queued).
+    patch: { resetAttempts: true, finishedAt: null, runAt: now, cancelRequest: false, stalled: false },
+  };
+}
+
+// ---- by the worker holding the lease ----------------------------------------------------------------
+// (Object literals throughout: the worker builds one per job, and spreads cost more than the job.)
+
+/** running → succeeded with the handler's result, kept `ttlMs`. */
+export function succeed(job: JobRef, workerId: string, now: number, result: unknown, ttlMs: number): TransitionParams {
+  // `error` stays: it is the last failed attempt's (a snapshot shows it as `lastError`).
+  return {
+    id: job.id,
+    from: 'running',
+    to: 'succeeded',
+    lease: job.lease,
+    workerId,
+    at: now,
+    reason: 'completed',
+    patch: { result, finishedAt: now, expiresAt: now + ttlMs, clearCheckpoint: true },
+  };
+}
+
+/** running → failed at once (an error that is not retried, e.g. a result no store accepts). */
+export function failFatal(job: JobRef, workerId: string, now: number, error: JobError): TransitionParams {
+  return { id: job.id, from: 'running', to: 'failed', lease: job.lease, workerId, at: now, reason: 'fatal', patch: { error, finishedAt: now } };
+}
+
+/** running → retrying or failed, as `decideAfterFailure` decided. */
+export function afterFailure(job: JobRef, workerId: string, now: number, decision: FailureOutcome): TransitionParams {
+  if (decision.to === 'failed') {
+    const reason = decision.error.retryable ? 'attempts exhausted' : 'fatal';
+    return { id: job.id, from: 'running', to: 'failed', lease: job.lease, workerId, at: now, reason, patch: { error: decision.error, finishedAt: now } };
+  }
+  return {
+    id: job.id,
+    from: 'running',
+    to: 'retrying',
+    lease: job.lease,
+    workerId,
+    at: now,
+    reason: 'retry scheduled',
+    patch: { error: decision.error, runAt: decision.runAt },
+  };
+}
+
+/**
+ * running → cancelled by the worker: its handler honoured a cancel request or a timeout, or the
+ * worker ended the job at shutdown because a cancel was recorded (`reason` says which).
+ */
+export function endCancelled(job: JobRef & Pick<JobRecord, 'timeoutMs'>, workerId: string, now: number, kind: CancelKind, reason: string): TransitionParams {
+  const error = kind === 'timeout' ? timeoutError(job.timeoutMs) : cancelledError();
+  return { id: job.id, from: 'running', to: 'cancelled', lease: job.lease, workerId, at: now, reason, patch: { error, finishedAt: now } };
+}
+
+/** running → retrying at once, the attempt refunded: the worker stops, or had no free slot for a job claimed ahead. */
+export function handBack(job: JobRef, workerId: string, now: number, reason: 'shutdown' | 'no free slot'): TransitionParams {
+  return { id: job.id, from: 'running', to: 'retrying', lease: job.lease, workerId, at: now, reason, patch: { runAt: now, refundAttempt: true } };
+}
+
+/** A note in a running job's log (no change of state), fenced by the lease. */
+export function runningNote(job: JobRef, workerId: string, now: number, reason: string): TransitionParams {
+  return { id: job.id, from: 'running', to: 'running', lease: job.lease, reason, workerId, at: now };
+}
+
+/**
+ * Records a timeout's cancel request on a running job, by its worker (`workerId`) or by the
+ * sweeper (the worker's id as the job holds it). The sweeper forces the cancel after the drain
+ * period if the handler ignores the signal.
+ */
+export function requestTimeout(job: JobRef, workerId: string | null, now: number): TransitionParams {
+  return {
+    id: job.id,
+    from: 'running',
+    to: 'running',
+    lease: job.lease,
+    cancelRequested: false,
+    reason: 'cancel requested: timeout',
+    workerId,
+    at: now,
+    patch: { cancelRequest: { reason: 'timeout' } },
+  };
+}
+
+// ---- by the sweeper -------------------------------------------------------------------------------
+
+type SweptJob = JobRef & Pick<JobRecord, 'workerId' | 'timeoutMs' | 'cancelReason'>;
+
+/** running → cancelled for a job whose cancel request its handler cannot (or did not) honour. */
+export function forceCancel(job: SweptJob, now: number, why: 'drain' | 'heartbeat lost'): TransitionParams {
+  const timeout = job.cancelReason === 'timeout';
+  const cause = why === 'drain' ? 'the handler ignored cancellation' : 'the worker stopped heartbeating';
+  const what = timeout ? 'timeout' : 'cancelled';
+  return {
+    id: job.id,
+    from: 'running',
+    to: 'cancelled',
+    lease: job.lease,
+    reason: why === 'drain' ? `${what} (forced after drain)` : `${what} (heartbeat lost)`,
+    at: now,
+    workerId: job.workerId,
+    patch: { error: timeout ? timeoutError(job.timeoutMs, cause) : cancelledError(cause), finishedAt: now },
+  };
+}
+
+/**
+ * A running job whose worker stopped heartbeating: requeued while attempts remain, failed when
+ * spent; cancelled when a cancel was asked for (no worker is left to honour it: requeueing would
+ * run the job again, failing would report a crash instead of the cancel).
+ */
+export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'maxAttempts' | 'cancelRequested'>, now: number): TransitionParams {
+  if (job.cancelRequested) return forceCancel(job, now, 'heartbeat lost');
+  const d = decideAfterLostWorker(job.attempts, job.maxAttempts, now);
+  return {
+    id: job.id,
+    from: 'running',
+    to: d.to,
+    lease: job.lease,
+    reason: d.to === 'failed' ? 'heartbeat lost; attempts exhausted' : 'heartbeat lost; requeued',
+    at: now,
+    workerId: job.workerId,
+    patch: d.to === 'failed' ? { error: d.error, finishedAt: now } : { error: d.error, runAt: d.runAt },
+  };
+}
+
+/** Flags a running job that reported no progress for its stall timeout. */
+export function flagStalled(job: JobRef & Pick<JobRecord, 'workerId'>, now: number): TransitionParams {
+  return { id: job.id, from: 'running', to: 'running', lease: job.lease, reason: 'stalled: no progress', at: now, workerId: job.workerId, patch: { stalled: true } };
+}
+
+/** succeeded → expired once its result's TTL elapsed (the result is dropped). */
+export function expireResult(job: Pick<JobRecord, 'id'>, now: number): TransitionParams {
+  return { id: job.id, from: 'succeeded', to: 'expired', reason: 'result TTL elapsed', at: now, patch: { result: null } };
+}
+
+// ---- what an applied write announces ------------------------------------------------------------
+
+/** The announcements of `write` once it applied: a change, and a cancel request when it records one. */
+export function eventsOf(job: JobIdentity, write: TransitionParams): TransitionEvent[] {
+  const changed: TransitionEvent = {
+    name: 'job:changed',
+    data: { id: job.id, tenant: job.tenant, type: job.type, from: write.from, to: write.to, reason: write.reason },
+  };
+  const request = write.patch?.cancelRequest;
+  if (!request) return [changed];
+  return [changed, { name: 'job:cancel-requested', data: { id: job.id, reason: request.reason } }];
+}
