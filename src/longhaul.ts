@@ -288,13 +288,13 @@ export class Longhaul {
     if (options.channel !== undefined) {
       channel = options.channel === false ? null : options.channel;
     } else {
-      const pgStore = store instanceof PostgresStore ? store : null;
+      const notify = store.capabilities.notify;
       try {
         channel = createChannel({
-          databaseUrl: pgStore ? pgStore.options.connectionString : config.database,
+          databaseUrl: notify ? notify.connectionString : config.database,
           redisUrl: config.redisUrl ?? '',
           redisPrefix: config.redisPrefix,
-          ...(pgStore ? { pool: pgStore.pool, listen: pgStore.listenConnection, notifyChannel: `${pgStore.schema}_events` } : {}),
+          ...(notify ? { pool: notify.pool, listen: notify.listen, notifyChannel: notify.channel } : {}),
           logger: logger.child({ component: 'channel' }),
         });
       } catch (err) {
@@ -477,7 +477,7 @@ export class Longhaul {
   private async enqueuePrepared(prepared: NewJob | Promise<NewJob>, options: SubmitOptions): Promise<{ job: JobSnapshot; replayed: boolean }> {
     const job = await prepared;
     const webhook = options.webhook === undefined ? null : await checkWebhookOption(options.webhook, this.webhookConfig);
-    if (options.tx !== undefined && this.store.dialect !== 'postgres') throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
+    if (options.tx !== undefined && !this.store.capabilities.transactionalEnqueue) throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
     // The target is saved first, under the new job's id: a target whose job never gets inserted
     // (refused, rolled back, process killed) is ignored, as events join it with the job.
     if (webhook) await this.store.saveWebhook({ jobId: job.id, ...webhook });
@@ -528,7 +528,7 @@ export class Longhaul {
     const txs = new Set(jobs.map((j) => j.options?.tx));
     if (txs.size > 1) throw new InvalidOptionsError('submitMany takes one tx for the whole batch or none');
     const [tx] = txs;
-    if (tx !== undefined && this.store.dialect !== 'postgres') {
+    if (tx !== undefined && !this.store.capabilities.transactionalEnqueue) {
       throw new InvalidOptionsError('the tx option (transactional enqueue) needs a PostgreSQL database');
     }
     for (const [i, w] of webhooks.entries()) if (w) await this.store.saveWebhook({ jobId: (prepared[i] as NewJob).id, ...w });

@@ -4,7 +4,7 @@
  * machine on SQLite: the in-process bus plus store polling are enough).
  */
 import type pg from 'pg';
-import type { ListenConnection } from '../store/postgres/listen-connection.js';
+import type { ListenConnection } from '../postgres/listen-connection.js';
 import type { Channel, ChannelLogger } from './channel.js';
 import { PostgresNotifyChannel } from './postgres-notify.js';
 import { RedisChannel } from './redis.js';

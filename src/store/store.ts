@@ -13,6 +13,8 @@ import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/j
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
 import type { JobState } from '../core/states.js';
 import type { TransitionParams } from '../core/transitions.js';
+import type { Pool } from 'pg';
+import type { ListenConnection } from '../postgres/listen-connection.js';
 
 /** A job as submitted: everything the store writes on insert. */
 export interface NewJob {
@@ -245,8 +247,35 @@ export interface MigrationResult {
   to: number;
 }
 
+/**
+ * What a store can do beyond the contract, for callers to ask instead of checking which store
+ * it is. A new store declares its own.
+ */
+export interface StoreCapabilities {
+  /** `enqueue(..., { tx })` inside the caller's own database transaction (PostgreSQL). */
+  transactionalEnqueue: boolean;
+  /**
+   * Outcome batches a worker may have in flight at once: 1 where one writer at a time is all
+   * the database takes (SQLite), 2 where a claim can overlap the previous write (PostgreSQL).
+   */
+  claimDepth: number;
+  /**
+   * The store's database can relay events between processes (PostgreSQL NOTIFY): its URL, the
+   * pool to publish through, the process's one LISTEN connection, and the NOTIFY channel name. Null
+   * when it cannot (SQLite: one machine, other processes poll).
+   */
+  notify: StoreNotify | null;
+}
+
+export interface StoreNotify {
+  connectionString: string;
+  pool: Pool;
+  listen: ListenConnection;
+  channel: string;
+}
+
 export interface Store {
-  readonly dialect: 'sqlite' | 'postgres';
+  readonly capabilities: StoreCapabilities;
   /**
    * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
    * the schema version found and the one left (equal when there was nothing to do).

@@ -185,7 +185,7 @@ export class Worker {
     this.concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new TypeError('concurrency must be a positive integer');
     this.clock = options.clock ?? Date.now;
-    this.maxInFlight = this.store.dialect === 'sqlite' ? 1 : 2;
+    this.maxInFlight = this.store.capabilities.claimDepth;
     // Bigger batches cost less per job, but a SQLite cycle blocks this process while it runs.
     this.claimedWaitMs = options.claimedWaitMs ?? 1000;
     this.claimAheadMax = options.claimAhead ?? (this.maxInFlight > 1 ? Math.max(500, 10 * this.concurrency) : 100);

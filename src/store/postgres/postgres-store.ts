@@ -15,7 +15,7 @@
  *   progress never writes a new version of the job row.
  * - Change signal: writers NOTIFY `<schema>_wake` when jobs may have become claimable;
  *   `pollChanges()` reads the wake-up channel on the process's LISTEN connection (see
- *   wake-listener.ts and listen-connection.ts).
+ *   wake-listener.ts and src/postgres/listen-connection.ts).
  * - The sweeper is elected with a session advisory lock (`tryAcquireSweeperLock`).
  * - Connection loss: errors of idle pooled clients are logged, never thrown; a query that
  *   fails because the server went away rejects, and the next one opens a new connection.
@@ -48,11 +48,12 @@ import {
   type WebhookDeliveryEntry,
   type WebhookEvent,
   type WebhookTarget,
+  type StoreCapabilities,
 } from '../store.js';
 import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
-import { ListenConnection, type ListenLogger } from './listen-connection.js';
+import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
 import { WakeListener } from './wake-listener.js';
 
 export interface PostgresStoreOptions {
@@ -212,7 +213,7 @@ function leaseKey(id: string, lease: number): string {
 }
 
 export class PostgresStore implements Store {
-  readonly dialect = 'postgres' as const;
+  readonly capabilities: StoreCapabilities;
   readonly pool: pg.Pool;
   readonly schema: string;
   /** The LISTEN/NOTIFY channel of wake-ups. */
@@ -252,6 +253,11 @@ export class PostgresStore implements Store {
     this.listener = new WakeListener(this.listenConnection, this.channel);
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
+    this.capabilities = {
+      transactionalEnqueue: true,
+      claimDepth: 2,
+      notify: { connectionString: options.connectionString, pool: this.pool, listen: this.listenConnection, channel: `${this.schema}_events` },
+    };
   }
 
   /** Statement texts, built once with the schema filled in. */

@@ -46,6 +46,7 @@ import {
   type WebhookDeliveryEntry,
   type WebhookEvent,
   type WebhookTarget,
+  type StoreCapabilities,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
 import { jobFromJson, jobJson, jobsFromRows, queueOrder } from './rows.js';
@@ -146,7 +147,7 @@ export const PENDING_WEBHOOKS_SQL = `SELECT j.id, j.tenant, j.state, j.finished_
    ORDER BY j.finished_at LIMIT ?`;
 
 export class SqliteStore implements Store {
-  readonly dialect = 'sqlite' as const;
+  readonly capabilities: StoreCapabilities = { transactionalEnqueue: false, claimDepth: 1, notify: null };
   readonly db: DatabaseSync;
   private readonly statements = new Map<string, StatementSync>();
   private readonly arrayStatements = new Map<string, StatementSync>();

@@ -10,7 +10,7 @@
  * subscribers resynchronise on `up` after a `down`.
  */
 import pg from 'pg';
-import { reconnectDelay } from '../../core/backoff.js';
+import { reconnectDelay } from '../core/backoff.js';
 
 export interface ListenLogger {
   warn(obj: object, msg?: string): void;
