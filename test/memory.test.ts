@@ -16,7 +16,7 @@ import type { JobState } from '../src/core/states.js';
 import { FEED_JOBS_REMEMBERED, FeedEventNames } from '../src/server/feed-events.js';
 import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import { KEY_A, startHarness, submit, type Harness } from './support/http-harness.js';
-import { newJob } from './store-contract.js';
+import { newJob } from './store-contract/fixtures.js';
 
 /** Resident KiB of this process's mappings of `file` (Linux: /proc/self/smaps). */
 function residentMappedKib(file: string): number {
