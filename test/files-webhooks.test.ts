@@ -26,7 +26,7 @@ import { Longhaul } from '../src/longhaul.js';
 import { parseApiKeys } from '../src/server/auth.js';
 import { buildServer } from '../src/server/app.js';
 import { csvImport } from '../src/tasks/csv-import.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { reportGenerate } from '../src/tasks/report-generate.js';
 import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import { INTERNAL_TENANT } from '../src/webhooks/service.js';

@@ -20,7 +20,7 @@ import { uuidv7 } from '../core/ids.js';
 import type { JobSnapshot } from '../core/job.js';
 import { escapeUnstorable, findUnstorable, hasUnstorable, unstorableIssue } from '../core/storable.js';
 import type { InsertResult, NewJob, WebhookOutboxStore } from '../store/store.js';
-import { defineTask, type Task } from '../tasks/define.js';
+import { defineTask, type Task } from '../task-api/define.js';
 import { DEFAULT_WEBHOOK_TIMEOUT_MS, deliverWebhook } from './deliver.js';
 import { type WebhookEventType, webhookEventType } from './payload.js';
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, retryDelayAfter } from './retry-schedule.js';
