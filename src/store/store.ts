@@ -353,8 +353,8 @@ export interface ResultFileStore {
  * Webhook targets, the outbox of job ends to announce, and the delivery log. Guarantees:
  * - A pending event is read from the job itself (ended, and that end not yet marked), not
  *   written beside it: no transition can end a job without its event, and a process killed
- *   between enqueueing a delivery and marking the event finds the event again (the delivery
- *   job's idempotency key, job id and end time, keeps that from sending twice).
+ *   between enqueueing a delivery and marking the event finds the event again (the caller
+ *   keys its delivery job by job id and end time, so that does not send twice).
  * - Each end of a job is reported once; a manual retry re-arms the target, so the next end
  *   is reported too, never the same end again.
  * - A target saved for a job that was never inserted is ignored.
