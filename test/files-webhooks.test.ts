@@ -1,5 +1,5 @@
 /**
- * Issue 5 through the wired product paths: a real Longhaul instance (SQLite file), its worker
+ * Files and webhooks through the wired product paths: a real Longhaul instance (SQLite file), its worker
  * and sweeper, and the HTTP API built by buildServer with its default blob storage. Uploads go
  * in over POST /v1/uploads, handlers use ctx.uploads / ctx.results, snapshots carry signed
  * URLs that are downloaded over HTTP, results and uploads expire through the sweeper, and

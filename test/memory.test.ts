@@ -1,5 +1,5 @@
 /**
- * Memory that must stay bounded under steady load (issue 14, bench/soak.ts): the SQLite file is
+ * Memory that must stay bounded under steady load (the soak, bench/soak.ts): the SQLite file is
  * never mapped into the process (its mapped pages counted in RSS, which then grew with the
  * file), a per-job stream whose client left while the route was still looking the job up
  * leaves no subscription behind, and what a `/v1/events` connection remembers per job is bounded.
