@@ -22,7 +22,7 @@ import { findUnstorableInValue, hasUnstorable, unstorableMessage } from '../core
 import { isTransientStoreError } from '../core/store-errors.js';
 import type { JobBus } from '../channel/bus.js';
 import type { Store, TransitionParams } from '../store/store.js';
-import type { Task, TaskContext } from '../tasks/define.js';
+import type { Task, TaskContext } from '../task-api/define.js';
 import { type AbortKind, AttemptAbort, LeaseLostError } from './abort.js';
 import { logFailedAttempt, storedResult } from './attempt-end.js';
 import { type LongTimer, longTimeout, sleepLong } from './long-timer.js';
