@@ -1,0 +1,199 @@
+/**
+ * Read models: a job's snapshot (with signed links to its result files), pages of jobs, the
+ * transition log, webhook deliveries and stats. Reads only: nothing here writes or announces.
+ */
+import type { Logger } from 'pino';
+import type { JobFiles } from '../blobs/job-files.js';
+import type { StoredResultFile } from '../blobs/results.js';
+import { InvalidOptionsError, JobNotFoundError } from '../core/errors.js';
+import { type JobRecord, type JobSnapshot, toSnapshot } from '../core/job.js';
+import { isJobState, type JobState } from '../core/states.js';
+import { hasUnstorable } from '../core/storable.js';
+import type { SnapshotJson, Store } from '../store/store.js';
+
+export interface TenantScope {
+  tenant?: string;
+}
+
+export interface ListOptions extends TenantScope {
+  status?: JobState | JobState[];
+  type?: string;
+  limit?: number;
+  cursor?: string | null;
+}
+
+export interface PublicTransition {
+  from: JobState | null;
+  to: JobState;
+  at: string;
+  reason: string;
+  attempt: number;
+  workerId: string | null;
+}
+
+/** One webhook delivery attempt, as `GET /v1/jobs/{id}/webhooks` lists it. */
+export interface WebhookDelivery {
+  deliveryId: string;
+  event: string;
+  attempt: number;
+  at: string;
+  url: string;
+  status: number | null;
+  ok: boolean;
+  error: string | null;
+  durationMs: number;
+  response: string | null;
+}
+
+export interface JobStats {
+  counts: Record<JobState, number>;
+  rates: { submittedPerMinute: number; finishedPerMinute: number };
+  /** Run time (startedAt → finishedAt of the last attempt) in ms, per task type. */
+  durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
+}
+
+export interface ReadContext {
+  readonly store: Store;
+  /** Warned at when result files exist but cannot be linked. */
+  readonly logger: Logger;
+  /** Blob storage (opened on first use), for signing result file links. */
+  files(): Promise<JobFiles>;
+}
+
+export async function getJob(ctx: ReadContext, id: string, scope: TenantScope): Promise<JobSnapshot | null> {
+  const job = await ctx.store.getJob({ id, ...scope });
+  return job ? ((await snapshots(ctx, [job]))[0] as JobSnapshot) : null;
+}
+
+/**
+ * A job's snapshot as JSON text, with the fields a status route needs besides, or null (not
+ * found). `json` parses to what `getJob` returns: the store builds it in one read where it can
+ * (SQLite); otherwise it is serialised from `getJob`. Not async on purpose: status polls are the
+ * hottest read, and each async layer costs a promise round.
+ */
+export function snapshotJson(ctx: ReadContext, id: string, scope: TenantScope): Promise<(SnapshotJson & { json: string }) | null> {
+  const { store } = ctx;
+  if (!store.getSnapshotJson) return snapshotJsonFromGet(ctx, id, scope);
+  return store
+    .getSnapshotJson(scope.tenant === undefined ? { id } : { id, tenant: scope.tenant })
+    .then((fast) => (fast === null ? null : fast.json !== null ? (fast as SnapshotJson & { json: string }) : snapshotJsonFromGet(ctx, id, scope)));
+}
+
+async function snapshotJsonFromGet(ctx: ReadContext, id: string, scope: TenantScope): Promise<(SnapshotJson & { json: string }) | null> {
+  const snap = await getJob(ctx, id, scope);
+  if (!snap) return null;
+  const expiresAt = snap.expiresAt === null ? null : Date.parse(snap.expiresAt);
+  return { state: snap.status, runAt: Date.parse(snap.runAt), expiresAt, json: JSON.stringify(snap) };
+}
+
+/** Snapshots with their result files' signed URLs. */
+export async function snapshots(ctx: ReadContext, jobs: JobRecord[]): Promise<JobSnapshot[]> {
+  const snaps = jobs.map((j) => toSnapshot(j));
+  // Files exist only once an attempt ran; an expired job's are gone.
+  const ids = jobs.filter((j) => j.attempts > 0 && j.state !== 'expired').map((j) => j.id);
+  if (ids.length === 0) return snaps;
+  const files = await ctx.store.listResults({ ids });
+  if (files.size === 0) return snaps;
+  let jf: JobFiles;
+  let signer: Awaited<ReturnType<JobFiles['signer']>>;
+  try {
+    jf = await ctx.files();
+    signer = await jf.signer();
+  } catch (err) {
+    ctx.logger.warn({ err }, 'result files cannot be linked: blob storage or URL signing is not configured');
+    return snaps;
+  }
+  const now = Date.now();
+  return snaps.map((s) => {
+    const f = files.get(s.id);
+    return f ? jf.decorate(s, f, signer, now) : s;
+  });
+}
+
+/** The job, or a JobNotFoundError (also for another tenant's job: its existence is not revealed). */
+export async function mustGetJob(store: Store, id: string, scope: TenantScope): Promise<JobRecord> {
+  const job = await store.getJob({ id, ...scope });
+  if (!job) throw new JobNotFoundError(id);
+  return job;
+}
+
+/** The state and recorded files of a job (result routes); `tenant` null means any tenant. */
+export async function resultFiles(
+  store: Store,
+  id: string,
+  tenant: string | null,
+): Promise<{ state: JobState; files: StoredResultFile[]; expiresAt: number | null } | null> {
+  const job = await store.getJob({ id, ...(tenant === null ? {} : { tenant }) });
+  if (!job) return null;
+  const files = job.state === 'expired' ? [] : ((await store.listResults({ ids: [id] })).get(id) ?? []);
+  return { state: job.state, files, expiresAt: job.expiresAt };
+}
+
+/** The webhook delivery log of a job (oldest first). */
+export async function webhookDeliveries(store: Store, id: string, scope: TenantScope): Promise<WebhookDelivery[]> {
+  await mustGetJob(store, id, scope);
+  const entries = await store.listWebhookDeliveries({ jobId: id, limit: 1000 });
+  return entries.map((e) => ({
+    deliveryId: e.deliveryId,
+    event: e.eventType,
+    attempt: e.attempt,
+    at: new Date(e.at).toISOString(),
+    url: e.url,
+    status: e.status,
+    ok: e.ok,
+    error: e.error,
+    durationMs: e.durationMs,
+    response: e.responseSnippet,
+  }));
+}
+
+export async function listJobs(ctx: ReadContext, options: ListOptions): Promise<{ items: JobSnapshot[]; nextCursor: string | null }> {
+  const states = options.status === undefined ? undefined : Array.isArray(options.status) ? options.status : [options.status];
+  for (const s of states ?? []) if (!isJobState(s)) throw new InvalidOptionsError(`unknown status "${String(s)}"`, 'status');
+  const limit = options.limit ?? 50;
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidOptionsError('limit must be an integer from 1 to 1000', 'limit');
+  // No job has a type or tenant that no store can hold (PostgreSQL would refuse the query).
+  if ([options.type, options.tenant].some((f) => typeof f === 'string' && hasUnstorable(f))) return { items: [], nextCursor: null };
+  let page: Awaited<ReturnType<Store['listJobs']>>;
+  try {
+    page = await ctx.store.listJobs({
+      limit,
+      ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
+      ...(states === undefined ? {} : { states }),
+      ...(options.type === undefined ? {} : { type: options.type }),
+      cursor: options.cursor ?? null,
+    });
+  } catch (err) {
+    if ((err as Error).message === 'invalid cursor') throw new InvalidOptionsError('cursor is invalid: pass the nextCursor of an earlier page, unchanged', 'cursor');
+    throw err;
+  }
+  return { items: await snapshots(ctx, page.items), nextCursor: page.nextCursor };
+}
+
+export async function transitions(store: Store, id: string, scope: TenantScope): Promise<PublicTransition[]> {
+  const log = await store.getTransitions({ id, ...scope });
+  if (!log) throw new JobNotFoundError(id);
+  return log.map((e) => ({ ...e, at: new Date(e.at).toISOString() }));
+}
+
+/** Counts by state, submission/completion rates over the last minute, run-time percentiles per type over 15 minutes. */
+export async function stats(store: Store, scope: TenantScope): Promise<JobStats> {
+  const now = Date.now();
+  const [counts, activity] = await Promise.all([
+    store.countByState(scope),
+    store.activity({ ...scope, since: now - 60_000, durationsSince: now - 15 * 60_000, limit: 20_000 }),
+  ]);
+  const byType = new Map<string, number[]>();
+  for (const d of activity.durations) {
+    const list = byType.get(d.type) ?? [];
+    list.push(d.ms);
+    byType.set(d.type, list);
+  }
+  const durations: JobStats['durations'] = {};
+  for (const [type, list] of byType) {
+    list.sort((a, b) => a - b);
+    const pick = (q: number) => list[Math.min(list.length - 1, Math.ceil(q * list.length) - 1)] ?? 0;
+    durations[type] = { count: list.length, p50: pick(0.5), p95: pick(0.95), p99: pick(0.99) };
+  }
+  return { counts, rates: { submittedPerMinute: activity.submitted, finishedPerMinute: activity.finished }, durations };
+}

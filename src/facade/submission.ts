@@ -1,0 +1,140 @@
+/**
+ * Enqueueing checked submissions: through the group commit (concurrent submissions share one
+ * transaction), in the caller's own transaction (`tx`, where the store can), or as one bulk
+ * insert; with the webhook target saved beside the job.
+ */
+import type { JobBus } from '../channel/bus.js';
+import type { LonghaulConfig } from '../config.js';
+import { IdempotencyConflictError, InvalidOptionsError, QueueFullError } from '../core/errors.js';
+import { type JobSnapshot, type Priority, toSnapshot } from '../core/job.js';
+import { Batcher } from '../store/batcher.js';
+import type { InsertResult, NewJob, SqlTransaction, Store } from '../store/store.js';
+import { checkWebhookOption, type WebhookConfig, type WebhookOption } from '../webhooks/service.js';
+import { type PrepareContext, prepare } from './prepare.js';
+
+export interface SubmitOptions {
+  priority?: Priority;
+  /** When to run: a Date, an ISO string or epoch ms. Not with delayMs. */
+  runAt?: Date | string | number;
+  delayMs?: number;
+  maxAttempts?: number;
+  timeoutMs?: number;
+  metadata?: Record<string, unknown>;
+  idempotencyKey?: string;
+  tenant?: string;
+  parentId?: string;
+  /**
+   * Notify this URL (Standard Webhooks) when the job succeeds, fails or is cancelled. The URL
+   * must pass the SSRF guard (a `WebhookRefusedError`, 422, otherwise); `secret` (whsec_...)
+   * defaults to LONGHAUL_WEBHOOK_SECRET.
+   */
+  webhook?: WebhookOption;
+  /**
+   * PostgreSQL only: a `pg` client (Client, or PoolClient from `pool.connect()`) with an open
+   * transaction. The job is inserted in that transaction: a rollback leaves no job, and workers
+   * see it (and are woken by NOTIFY, which PostgreSQL delivers at commit) only once it commits.
+   * No `job:submitted` event is emitted for it, since this process cannot tell whether it will commit.
+   */
+  tx?: SqlTransaction;
+}
+
+export interface SubmissionContext extends PrepareContext {
+  readonly store: Store;
+  readonly bus: JobBus;
+  readonly config: PrepareContext['config'] & Pick<LonghaulConfig, 'maxQueued'>;
+  readonly webhookConfig: WebhookConfig;
+}
+
+const NEEDS_TRANSACTIONS = 'the tx option (transactional enqueue) needs a PostgreSQL database';
+
+export class Submission {
+  /** Concurrent submissions share one transaction (group commit). */
+  private readonly inserts: Batcher<NewJob, InsertResult>;
+
+  constructor(private readonly ctx: SubmissionContext) {
+    const { store, config } = ctx;
+    this.inserts = new Batcher<NewJob, InsertResult>((jobs) =>
+      store.insertJobs(config.maxQueued === undefined ? { jobs } : { jobs, maxBacklog: config.maxQueued }),
+    );
+  }
+
+  /** Submits a job; `replayed` is true when an idempotency key returned an existing job. */
+  enqueue(type: string, input: unknown, options: SubmitOptions): Promise<{ job: JobSnapshot; replayed: boolean }> {
+    let prepared: NewJob | Promise<NewJob>;
+    try {
+      prepared = prepare(this.ctx, type, input, options, Date.now());
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    // Most submissions (no webhook, no caller's transaction, no input schema) go straight to
+    // the group commit: each await of their own would cost a promise round per request.
+    if (!(prepared instanceof Promise) && options.webhook === undefined && options.tx === undefined) {
+      const job = prepared;
+      return this.inserts.add(job).then((res) => this.afterInsert(res, job));
+    }
+    return this.enqueuePrepared(prepared, options);
+  }
+
+  private async enqueuePrepared(prepared: NewJob | Promise<NewJob>, options: SubmitOptions): Promise<{ job: JobSnapshot; replayed: boolean }> {
+    const { store, config } = this.ctx;
+    const job = await prepared;
+    const webhook = options.webhook === undefined ? null : await checkWebhookOption(options.webhook, this.ctx.webhookConfig);
+    if (options.tx !== undefined && !store.capabilities.transactionalEnqueue) throw new InvalidOptionsError(NEEDS_TRANSACTIONS);
+    // The target is saved first, under the new job's id: a target whose job never gets inserted
+    // (refused, rolled back, process killed) is ignored, as events join it with the job.
+    if (webhook) await store.saveWebhook({ jobId: job.id, ...webhook });
+    let res: InsertResult;
+    try {
+      if (options.tx !== undefined) {
+        const maxBacklog = config.maxQueued;
+        res = await store.insertJob({ job, tx: options.tx, ...(maxBacklog === undefined ? {} : { maxBacklog }) });
+      } else {
+        res = await this.inserts.add(job);
+      }
+    } catch (err) {
+      if (webhook) await store.deleteWebhook({ jobId: job.id }).catch(() => {});
+      throw err;
+    }
+    if (webhook && res.kind !== 'created') await store.deleteWebhook({ jobId: job.id });
+    return this.afterInsert(res, job, options.tx === undefined);
+  }
+
+  /** The caller's answer for one insert; `announce`: whether the job is known to be committed. */
+  private afterInsert(res: InsertResult, job: NewJob, announce = true): { job: JobSnapshot; replayed: boolean } {
+    switch (res.kind) {
+      case 'created':
+        if (announce) this.ctx.bus.emit('job:submitted', { job: res.job });
+        return { job: toSnapshot(res.job), replayed: false };
+      case 'existing':
+        return { job: toSnapshot(res.job), replayed: true };
+      case 'conflict':
+        throw new IdempotencyConflictError(job.idempotencyKey ?? '');
+      case 'full':
+        throw new QueueFullError(res.backlog, this.ctx.config.maxQueued ?? 0);
+    }
+  }
+
+  /** Bulk enqueue in one transaction. Validation errors reject the whole batch before anything is written. */
+  async submitMany(jobs: ReadonlyArray<{ type: string; input?: unknown; options?: SubmitOptions }>): Promise<JobSnapshot[]> {
+    const { store, config } = this.ctx;
+    const now = Date.now();
+    const prepared: NewJob[] = [];
+    const webhooks: ({ url: string; secret: string | null } | null)[] = [];
+    for (const j of jobs) {
+      prepared.push(await prepare(this.ctx, j.type, j.input, j.options ?? {}, now));
+      webhooks.push(j.options?.webhook === undefined ? null : await checkWebhookOption(j.options.webhook, this.ctx.webhookConfig));
+    }
+    const txs = new Set(jobs.map((j) => j.options?.tx));
+    if (txs.size > 1) throw new InvalidOptionsError('submitMany takes one tx for the whole batch or none');
+    const [tx] = txs;
+    if (tx !== undefined && !store.capabilities.transactionalEnqueue) throw new InvalidOptionsError(NEEDS_TRANSACTIONS);
+    for (const [i, w] of webhooks.entries()) if (w) await store.saveWebhook({ jobId: (prepared[i] as NewJob).id, ...w });
+    const results = await store.insertJobs({
+      jobs: prepared,
+      ...(config.maxQueued === undefined ? {} : { maxBacklog: config.maxQueued }),
+      ...(tx === undefined ? {} : { tx }),
+    });
+    for (const [i, r] of results.entries()) if (webhooks[i] && r.kind !== 'created') await store.deleteWebhook({ jobId: (prepared[i] as NewJob).id });
+    return results.map((r, i) => this.afterInsert(r, prepared[i] as NewJob, tx === undefined).job);
+  }
+}
