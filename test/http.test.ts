@@ -190,6 +190,13 @@ describe('HTTP API', () => {
     });
   });
 
+  it('input and metadata nested 64 levels are accepted over HTTP, as by the library', async () => {
+    const res = await call(h.base, '/v1/jobs', {
+      raw: `{"type":"t.quick","input":${'['.repeat(64)}${']'.repeat(64)},"metadata":{"a":${'['.repeat(63)}${']'.repeat(63)}}}`,
+    });
+    assert.equal(res.status, 202, res.text);
+  });
+
   // ---- errors ------------------------------------------------------------------------------------
 
   describe('problem+json errors on submit', () => {
@@ -218,6 +225,8 @@ describe('HTTP API', () => {
       { name: 'an unknown field', body: { type: 't.quick', webhooks: { url: 'x' } }, status: 400, code: 'INVALID_REQUEST' },
       { name: 'a __proto__ field', raw: '{"type":"t.quick","__proto__":{"polluted":true}}', status: 400, code: 'INVALID_REQUEST' },
       { name: 'absurdly deep nesting', raw: `{"type":"t.quick","metadata":${'{"a":'.repeat(1000)}1${'}'.repeat(1000)}}`, status: 400, code: 'INVALID_REQUEST' },
+      { name: 'input nested 65 levels', raw: `{"type":"t.quick","input":${'['.repeat(65)}${']'.repeat(65)}}`, status: 400, code: 'INVALID_REQUEST', field: 'input' },
+      { name: 'metadata nested 300 levels', raw: `{"type":"t.quick","metadata":{"a":${'['.repeat(299)}${']'.repeat(299)}}}`, status: 400, code: 'INVALID_REQUEST', field: 'metadata' },
       { name: 'text/plain', raw: '{"type":"t.quick"}', contentType: 'text/plain', status: 415, code: 'UNSUPPORTED_MEDIA_TYPE' },
       { name: 'form encoding', raw: 'type=t.quick', contentType: 'application/x-www-form-urlencoded', status: 415, code: 'UNSUPPORTED_MEDIA_TYPE' },
       { name: 'an unknown type', body: { type: 'no.such.task' }, status: 422, code: 'UNKNOWN_TASK' },

@@ -2,7 +2,7 @@
 import type { Command } from 'commander';
 import { LonghaulApiError, LonghaulClient } from '../client/index.js';
 import type { JobSnapshot } from '../core/job.js';
-import { idempotencyKeyProblem } from '../core/limits.js';
+import { idempotencyKeyProblem, MAX_IDEMPOTENCY_KEY } from '../core/limits.js';
 import { isTerminal } from '../core/states.js';
 import { renderLine } from './progress-bar.js';
 import { CliError } from './runtime.js';
@@ -89,7 +89,7 @@ export function registerClientCommands(program: Command): void {
     .option('--input <json>', 'task input as JSON')
     .option('--priority <p>', 'critical | high | normal | low')
     .option('--delay-ms <ms>', 'run later')
-    .option('--idempotency-key <key>', 'Idempotency-Key header: 1 to 255 printable ASCII characters; the same key and request again returns the first job')
+    .option('--idempotency-key <key>', `Idempotency-Key header: 1 to ${MAX_IDEMPOTENCY_KEY} printable ASCII characters; the same key and request again returns the first job`)
     .option('--watch', 'follow progress until the job ends; exit 1 if it fails or is cancelled (with --json: one JSON snapshot per line)')
     .action(async (type: string, flags: ClientFlags & { input?: string; priority?: string; delayMs?: string; idempotencyKey?: string; watch?: boolean }) => {
       const client = clientFrom(flags);

@@ -9,8 +9,9 @@ import type { Logger } from 'pino';
 import type { Longhaul } from '../longhaul.js';
 import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER, tenantForKey } from './auth.js';
 import { clientErrorHandler, sendShuttingDown } from './client-errors.js';
+import type { AppContext } from './context.js';
 import { FeedHub, JobHub } from './hub.js';
-import { HttpProblem, problemHandler, sendProblem } from './problem.js';
+import { HttpProblem, invalidRequest, problemHandler, sendProblem } from './problem.js';
 import { registerJobRoutes } from './routes/jobs.js';
 import { registerOpsRoutes } from './routes/ops.js';
 import { type ResultRouteOptions, registerResultRoutes } from './routes/results.js';
@@ -20,6 +21,7 @@ import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
 import { acceptWebSockets } from './websocket.js';
 import { parseJson } from '../core/json-text.js';
+import { jsonDepth, MAX_JSON_DEPTH } from '../core/limits.js';
 
 export interface ServerOptions {
   lh: Longhaul;
@@ -44,21 +46,6 @@ export interface ServerOptions {
   files?: (UploadRouteOptions & ResultRouteOptions) | boolean;
 }
 
-export interface AppContext {
-  lh: Longhaul;
-  hub: JobHub;
-  feed: FeedHub;
-  tokens: StreamTokens;
-  keepaliveMs: number;
-  streamBufferBytes: number;
-  authEnabled: boolean;
-  log: FastifyBaseLogger;
-  /** Closers of the open SSE responses: ended on shutdown, or app.close() would wait for them forever. */
-  streams: Set<() => void>;
-  /** Set when close() begins: later requests (on kept-alive connections) get a 503 problem. */
-  closing: boolean;
-}
-
 declare module 'fastify' {
   interface FastifyRequest {
     tenant: string;
@@ -71,19 +58,24 @@ declare module 'fastify' {
 // (`application/json; charset="utf-8"`), so parameters must be allowed after the media type.
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json(?:\s*;.*)?$/i;
 
-const MAX_JSON_DEPTH = 256;
-
 export const DEFAULT_STREAM_BUFFER_BYTES = 256 * 1024;
 
-/** Whether arrays/objects in `value` nest more than `max` levels (iterative: safe on any depth). */
-function nestsDeeperThan(value: unknown, max: number): boolean {
-  const stack: [object, number][] = value !== null && typeof value === 'object' ? [[value, 1]] : [];
-  for (let item = stack.pop(); item; item = stack.pop()) {
-    const [v, depth] = item;
-    if (depth > max) return true;
-    for (const child of Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+/**
+ * Why a parsed JSON body nests too deeply, or null. The body's own object is one level, so the
+ * fields in it (`input`, `metadata`) get the depth the library allows them and are named when
+ * over it, as the library would name them.
+ */
+function tooDeep(value: unknown): HttpProblem | null {
+  if (jsonDepth(value, MAX_JSON_DEPTH + 2) <= MAX_JSON_DEPTH + 1) return null;
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    for (const [field, v] of Object.entries(value)) {
+      if (jsonDepth(v) > MAX_JSON_DEPTH) {
+        const detail = `${field} nests deeper than ${MAX_JSON_DEPTH} levels`;
+        return invalidRequest(detail, [{ path: field, message: detail }]);
+      }
+    }
   }
-  return false;
+  return invalidRequest(`request body nests deeper than ${MAX_JSON_DEPTH + 1} levels`);
 }
 
 /** A route option's hooks as a list (Fastify takes one function or an array). */
@@ -134,8 +126,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     }
     // Absurdly deep values overflow the stack of every recursive consumer (serializers, hashing).
     // Each level of nesting takes at least two characters: short bodies need no walk.
-    if (text.length > 2 * MAX_JSON_DEPTH && nestsDeeperThan(value, MAX_JSON_DEPTH)) {
-      return done(new HttpProblem(400, 'INVALID_REQUEST', `request body nests deeper than ${MAX_JSON_DEPTH} levels`), undefined);
+    if (text.length > 2 * (MAX_JSON_DEPTH + 1)) {
+      const problem = tooDeep(value);
+      if (problem) return done(problem, undefined);
     }
     done(null, value);
   });
@@ -253,7 +246,7 @@ async function filesOf(lh: Longhaul): Promise<UploadRouteOptions & ResultRouteOp
     maxUploadBytes: jf.limits.maxUploadBytes,
     uploadTtlMs: jf.limits.uploadTtlMs,
     getResultFiles: (id, tenant) => lh.resultFiles(id, tenant),
-    onDownload: (jobId, name) => lh.store.countDownload({ id: jobId, name }),
+    onDownload: (jobId, name) => lh.countDownload(jobId, name),
   };
 }
 

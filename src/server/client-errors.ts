@@ -5,6 +5,7 @@
  */
 import type { Socket } from 'node:net';
 import type { FastifyReply } from 'fastify';
+import { MAX_IDEMPOTENCY_KEY } from '../core/limits.js';
 import { HttpProblem, problemBody, sendProblem } from './problem.js';
 
 /** The problem for an error of Node's HTTP parser (`clientError`); null when nobody is left to answer. */
@@ -14,7 +15,7 @@ export function clientErrorProblem(err: NodeJS.ErrnoException): HttpProblem | nu
     return new HttpProblem(
       431,
       'HEADERS_TOO_LARGE',
-      'the request headers are larger than the server accepts (16 KiB in all by default); an Idempotency-Key, for one, is at most 255 characters',
+      `the request headers are larger than the server accepts (16 KiB in all by default); an Idempotency-Key, for one, is at most ${MAX_IDEMPOTENCY_KEY} characters`,
     );
   }
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return new HttpProblem(408, 'REQUEST_TIMEOUT', 'the request did not arrive in time');

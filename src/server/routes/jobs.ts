@@ -5,7 +5,7 @@ import type { JobSnapshot } from '../../core/job.js';
 import { idempotencyKeyProblem } from '../../core/limits.js';
 import { isJobState, isTerminal, JOB_STATES, type JobState } from '../../core/states.js';
 import type { SubmitOptions } from '../../longhaul.js';
-import type { AppContext } from '../app.js';
+import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
 

@@ -5,7 +5,7 @@ import { JobNotFoundError } from '../../core/errors.js';
 import type { JobSnapshot } from '../../core/job.js';
 import { nextInOrder } from '../../core/snapshot-order.js';
 import { isTerminal } from '../../core/states.js';
-import type { AppContext } from '../app.js';
+import type { AppContext } from '../context.js';
 import type { Caller } from '../auth.js';
 import { FeedEventNames } from '../feed-events.js';
 import { HttpProblem, toProblem } from '../problem.js';
