@@ -50,8 +50,6 @@ export interface OpenOptions extends Partial<LonghaulConfig> {
   webhooks?: WebhookConfigOptions;
 }
 
-type Scope = reads.TenantScope;
-
 export class Longhaul {
   readonly bus = new JobBus();
   private readonly taskMap = new Map<string, Task>();
@@ -172,13 +170,13 @@ export class Longhaul {
 
   // ---- reads (facade/reads.ts, facade/watch.ts) --------------------------------------------
 
-  async get(id: string, scope: Scope = {}): Promise<JobSnapshot | null> {
+  async get(id: string, scope: reads.TenantScope = {}): Promise<JobSnapshot | null> {
     this.assertOpen();
     return reads.getJob(this.readCtx, id, scope);
   }
 
   /** A job's snapshot as JSON text, or null; see reads.snapshotJson (not async: the hottest read). */
-  snapshotJson(id: string, scope: Scope = {}): Promise<(SnapshotJson & { json: string }) | null> {
+  snapshotJson(id: string, scope: reads.TenantScope = {}): Promise<(SnapshotJson & { json: string }) | null> {
     this.assertOpen();
     return reads.snapshotJson(this.readCtx, id, scope);
   }
@@ -196,7 +194,7 @@ export class Longhaul {
   }
 
   /** The webhook delivery log of a job (oldest first). */
-  async webhookDeliveries(id: string, scope: Scope = {}): Promise<reads.WebhookDelivery[]> {
+  async webhookDeliveries(id: string, scope: reads.TenantScope = {}): Promise<reads.WebhookDelivery[]> {
     this.assertOpen();
     return reads.webhookDeliveries(this.store, id, scope);
   }
@@ -206,7 +204,7 @@ export class Longhaul {
     return reads.listJobs(this.readCtx, options);
   }
 
-  async transitions(id: string, scope: Scope = {}): Promise<reads.PublicTransition[]> {
+  async transitions(id: string, scope: reads.TenantScope = {}): Promise<reads.PublicTransition[]> {
     this.assertOpen();
     return reads.transitions(this.store, id, scope);
   }
@@ -232,7 +230,7 @@ export class Longhaul {
   }
 
   /** Counts by state, submission/completion rates over the last minute, run-time percentiles per type over 15 minutes. */
-  async stats(scope: Scope = {}): Promise<reads.JobStats> {
+  async stats(scope: reads.TenantScope = {}): Promise<reads.JobStats> {
     this.assertOpen();
     return reads.stats(this.store, scope);
   }
@@ -250,13 +248,13 @@ export class Longhaul {
    * running job gets a cancel request (its ctx.signal fires) and is forced to cancelled after
    * the drain period if the handler ignores it. A terminal job is a JobStateConflictError.
    */
-  async cancel(id: string, scope: Scope = {}): Promise<JobSnapshot> {
+  async cancel(id: string, scope: reads.TenantScope = {}): Promise<JobSnapshot> {
     this.assertOpen();
     return cancelJob(this.controlCtx, id, scope);
   }
 
   /** Manual retry of a failed or cancelled job: a fresh attempt budget; it resumes from its checkpoint. */
-  async retry(id: string, scope: Scope = {}): Promise<JobSnapshot> {
+  async retry(id: string, scope: reads.TenantScope = {}): Promise<JobSnapshot> {
     this.assertOpen();
     return retryJob(this.controlCtx, id, scope);
   }
