@@ -7,12 +7,13 @@ import { JobStateConflictError } from '../core/errors.js';
 import { type JobSnapshot, toSnapshot } from '../core/job.js';
 import { IMMEDIATELY_CANCELLABLE, isTerminal } from '../core/states.js';
 import { cancelNow, manualRetry, requestCancel } from '../core/transitions.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore, WebhookOutboxStore } from '../store/store.js';
 import { applyTransition } from '../transitions/apply.js';
 import { mustGetJob, type TenantScope } from './reads.js';
 
 export interface ControlContext {
-  readonly store: Store;
+  /** A retry rearms the job's webhook before it moves. */
+  readonly store: JobQueueStore & WebhookOutboxStore;
   /** Where applied transitions are announced (streams, webhooks, workers running the job). */
   readonly bus: JobBus;
 }

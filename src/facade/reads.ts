@@ -5,11 +5,14 @@
 import type { Logger } from 'pino';
 import type { JobFiles } from '../blobs/job-files.js';
 import type { StoredResultFile } from '../blobs/results.js';
+import type { JobStats, JobTransition } from '../core/api-types.js';
 import { InvalidOptionsError, JobNotFoundError } from '../core/errors.js';
 import { type JobRecord, type JobSnapshot, toSnapshot } from '../core/job.js';
 import { isJobState, type JobState } from '../core/states.js';
 import { hasUnstorable } from '../core/storable.js';
-import type { SnapshotJson, Store } from '../store/store.js';
+import type { JobQueueStore, ResultFileStore, SnapshotJson, WebhookOutboxStore } from '../store/store.js';
+
+export type { JobStats } from '../core/api-types.js';
 
 export interface TenantScope {
   tenant?: string;
@@ -22,14 +25,8 @@ export interface ListOptions extends TenantScope {
   cursor?: string | null;
 }
 
-export interface PublicTransition {
-  from: JobState | null;
-  to: JobState;
-  at: string;
-  reason: string;
-  attempt: number;
-  workerId: string | null;
-}
+/** One entry of a job's transition log, as `transitions()` returns it (the API's shape). */
+export type PublicTransition = JobTransition;
 
 /** One webhook delivery attempt, as `GET /v1/jobs/{id}/webhooks` lists it. */
 export interface WebhookDelivery {
@@ -45,15 +42,9 @@ export interface WebhookDelivery {
   response: string | null;
 }
 
-export interface JobStats {
-  counts: Record<JobState, number>;
-  rates: { submittedPerMinute: number; finishedPerMinute: number };
-  /** Run time (startedAt → finishedAt of the last attempt) in ms, per task type. */
-  durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
-}
-
 export interface ReadContext {
-  readonly store: Store;
+  /** Jobs, and the result files their snapshots link to. */
+  readonly store: JobQueueStore & ResultFileStore;
   /** Warned at when result files exist but cannot be linked. */
   readonly logger: Logger;
   /** Blob storage (opened on first use), for signing result file links. */
@@ -111,7 +102,7 @@ export async function snapshots(ctx: ReadContext, jobs: JobRecord[]): Promise<Jo
 }
 
 /** The job, or a JobNotFoundError (also for another tenant's job: its existence is not revealed). */
-export async function mustGetJob(store: Store, id: string, scope: TenantScope): Promise<JobRecord> {
+export async function mustGetJob(store: Pick<JobQueueStore, 'getJob'>, id: string, scope: TenantScope): Promise<JobRecord> {
   const job = await store.getJob({ id, ...scope });
   if (!job) throw new JobNotFoundError(id);
   return job;
@@ -119,7 +110,7 @@ export async function mustGetJob(store: Store, id: string, scope: TenantScope): 
 
 /** The state and recorded files of a job (result routes); `tenant` null means any tenant. */
 export async function resultFiles(
-  store: Store,
+  store: JobQueueStore & ResultFileStore,
   id: string,
   tenant: string | null,
 ): Promise<{ state: JobState; files: StoredResultFile[]; expiresAt: number | null } | null> {
@@ -130,7 +121,7 @@ export async function resultFiles(
 }
 
 /** The webhook delivery log of a job (oldest first). */
-export async function webhookDeliveries(store: Store, id: string, scope: TenantScope): Promise<WebhookDelivery[]> {
+export async function webhookDeliveries(store: JobQueueStore & WebhookOutboxStore, id: string, scope: TenantScope): Promise<WebhookDelivery[]> {
   await mustGetJob(store, id, scope);
   const entries = await store.listWebhookDeliveries({ jobId: id, limit: 1000 });
   return entries.map((e) => ({
@@ -154,7 +145,7 @@ export async function listJobs(ctx: ReadContext, options: ListOptions): Promise<
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidOptionsError('limit must be an integer from 1 to 1000', 'limit');
   // No job has a type or tenant that no store can hold (PostgreSQL would refuse the query).
   if ([options.type, options.tenant].some((f) => typeof f === 'string' && hasUnstorable(f))) return { items: [], nextCursor: null };
-  let page: Awaited<ReturnType<Store['listJobs']>>;
+  let page: Awaited<ReturnType<JobQueueStore['listJobs']>>;
   try {
     page = await ctx.store.listJobs({
       limit,
@@ -170,14 +161,14 @@ export async function listJobs(ctx: ReadContext, options: ListOptions): Promise<
   return { items: await snapshots(ctx, page.items), nextCursor: page.nextCursor };
 }
 
-export async function transitions(store: Store, id: string, scope: TenantScope): Promise<PublicTransition[]> {
+export async function transitions(store: JobQueueStore, id: string, scope: TenantScope): Promise<PublicTransition[]> {
   const log = await store.getTransitions({ id, ...scope });
   if (!log) throw new JobNotFoundError(id);
   return log.map((e) => ({ ...e, at: new Date(e.at).toISOString() }));
 }
 
 /** Counts by state, submission/completion rates over the last minute, run-time percentiles per type over 15 minutes. */
-export async function stats(store: Store, scope: TenantScope): Promise<JobStats> {
+export async function stats(store: JobQueueStore, scope: TenantScope): Promise<JobStats> {
   const now = Date.now();
   const [counts, activity] = await Promise.all([
     store.countByState(scope),

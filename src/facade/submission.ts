@@ -8,7 +8,7 @@ import type { LonghaulConfig } from '../config.js';
 import { IdempotencyConflictError, InvalidOptionsError, QueueFullError } from '../core/errors.js';
 import { type JobSnapshot, type Priority, toSnapshot } from '../core/job.js';
 import { Batcher } from '../store/batcher.js';
-import type { InsertResult, NewJob, SqlTransaction, Store } from '../store/store.js';
+import type { InsertResult, JobQueueStore, NewJob, SqlTransaction, WebhookOutboxStore } from '../store/store.js';
 import { checkWebhookOption, type WebhookConfig, type WebhookOption } from '../webhooks/service.js';
 import { type PrepareContext, prepare } from './prepare.js';
 
@@ -39,7 +39,8 @@ export interface SubmitOptions {
 }
 
 export interface SubmissionContext extends PrepareContext {
-  readonly store: Store;
+  /** Jobs are inserted; webhook targets are saved beside them. */
+  readonly store: JobQueueStore & WebhookOutboxStore;
   readonly bus: JobBus;
   readonly config: PrepareContext['config'] & Pick<LonghaulConfig, 'maxQueued'>;
   readonly webhookConfig: WebhookConfig;
