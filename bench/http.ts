@@ -1,5 +1,5 @@
 /**
- * HTTP benchmarks (issue 3): POST /v1/jobs and GET /v1/jobs/:id with autocannon, side by side
+ * HTTP benchmarks: POST /v1/jobs and GET /v1/jobs/:id with autocannon, side by side
  * with a bare Fastify route that answers without storing anything, then SSE fan-out: N clients
  * on one job, delay from ctx.progress() to delivery.
  *

@@ -1,7 +1,7 @@
 /**
  * Diagnostic: the database's own cost of one job on PostgreSQL, claim and completion apart, with
  * no Node in the loop. It answers "what does the server spend per job, and how far could another
- * table layout that keeps every finished job bring it down" (issue 4).
+ * table layout that keeps every finished job bring it down".
  *
  *   node --import tsx bench/pg-server-split.ts [--jobs 10000] [--batch 500] [--runs 3]
  *        [--variant current,fewer-indexes,delete-finished,live-queue] [--lib dist]

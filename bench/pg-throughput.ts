@@ -1,6 +1,6 @@
 /**
  * Throughput and latency of Longhaul on PostgreSQL: the workload of bench/sqlite-throughput.ts
- * (issue 4: throughput ≥ Graphile Worker's in the same run, latency p50 ≤ 3 ms, p99 ≤ 10 ms).
+ * (targets: throughput ≥ Graphile Worker's in the same run, latency p50 ≤ 3 ms, p99 ≤ 10 ms).
  *
  *   node --import tsx bench/pg-throughput.ts [--jobs 10000] [--concurrency 10,50] [--runs 3]
  *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--lib dist] [--cpu]

@@ -1,5 +1,5 @@
 /**
- * Soak (issue 14): `longhaul dev` under steady load for a fixed time, sampling the server's
+ * Soak: `longhaul dev` under steady load for a fixed time, sampling the server's
  * memory and latencies, to show whether memory stays flat.
  *
  *   npm run build

@@ -1,5 +1,5 @@
 /**
- * Throughput and latency of Longhaul on SQLite (issue: ≥ 20 000 jobs/s processed, p50 ≤ 2 ms).
+ * Throughput and latency of Longhaul on SQLite (targets: ≥ 20 000 jobs/s processed, p50 ≤ 2 ms).
  *
  *   npm run bench -- [--jobs 20000] [--concurrency 10,50] [--runs 3] [--chunk 1000]
  *                    [--latency 2000] [--warmup 200] [--no-sweeper] [--lib dist] [--profile /tmp/lh]

@@ -29,7 +29,7 @@ export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions
 export { PostgresStore } from './store/postgres/postgres-store.js';
 export { SqliteStore } from './store/sqlite/sqlite-store.js';
 export type { MigrationResult, SqlTransaction, Store } from './store/store.js';
-export { collectTasks, defineTask, type Task, type TaskContext } from './tasks/define.js';
+export { collectTasks, defineTask, type Task, type TaskContext } from './task-api/define.js';
 export { generateWebhookSecret, webhookSignature } from './webhooks/signing.js';
 export { InvalidWebhookError, type WebhookConfigOptions, type WebhookOption, WebhookRefusedError } from './webhooks/service.js';
 export { JobAbortedError } from './worker/abort.js';

@@ -34,8 +34,8 @@ import { PostgresStore } from './store/postgres/postgres-store.js';
 import { Batcher } from './store/batcher.js';
 import type { InsertResult, MigrationResult, NewJob, SnapshotJson, SqlTransaction, Store } from './store/store.js';
 import { Sweeper } from './sweeper/sweeper.js';
-import { collectTasks, isTask, type Task } from './tasks/define.js';
-import { validateInput } from './tasks/schema.js';
+import { collectTasks, isTask, type Task } from './task-api/define.js';
+import { validateInput } from './task-api/schema.js';
 import {
   checkWebhookOption,
   dispatchWebhookEvents,

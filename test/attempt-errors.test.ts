@@ -17,7 +17,7 @@ import { FatalError, RetryableError } from '../src/core/errors.js';
 import type { JobSnapshot } from '../src/core/job.js';
 import { Longhaul } from '../src/longhaul.js';
 import { buildServer } from '../src/server/app.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 import { pollUntil as until } from './support/poll.js';
 

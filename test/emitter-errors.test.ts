@@ -22,7 +22,7 @@ import { RedisChannel } from '../src/channel/redis.js';
 import type { JobSnapshot } from '../src/core/job.js';
 import { Longhaul } from '../src/longhaul.js';
 import { buildServer } from '../src/server/app.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { startDev } from './support/dev-process.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 import { skipUnlessRedis, TEST_REDIS_URL } from './support/redis.js';

@@ -16,7 +16,7 @@ import { REASONS } from '../src/tasks/csv/row-rules.js';
 import { type CsvImportCheckpoint, type CsvImportOptions, type CsvImportResult, csvImport, runCsvImport } from '../src/tasks/csv-import.js';
 import { PDF_ROWS_FIRST_PAGE, PDF_ROWS_PER_PAGE } from '../src/tasks/report/render-pdf.js';
 import { reportGenerate, runReport } from '../src/tasks/report-generate.js';
-import { validateInput } from '../src/tasks/schema.js';
+import { validateInput } from '../src/task-api/schema.js';
 import { CrashedError, makeRun, type RunRecord, TempBlobs } from './fixtures/csv-context.js';
 import { generateCsv } from './fixtures/csv-generate.js';
 

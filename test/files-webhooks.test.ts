@@ -1,5 +1,5 @@
 /**
- * Issue 5 through the wired product paths: a real Longhaul instance (SQLite file), its worker
+ * Files and webhooks through the wired product paths: a real Longhaul instance (SQLite file), its worker
  * and sweeper, and the HTTP API built by buildServer with its default blob storage. Uploads go
  * in over POST /v1/uploads, handlers use ctx.uploads / ctx.results, snapshots carry signed
  * URLs that are downloaded over HTTP, results and uploads expire through the sweeper, and
@@ -26,7 +26,7 @@ import { Longhaul } from '../src/longhaul.js';
 import { parseApiKeys } from '../src/server/auth.js';
 import { buildServer } from '../src/server/app.js';
 import { csvImport } from '../src/tasks/csv-import.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { reportGenerate } from '../src/tasks/report-generate.js';
 import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import { INTERNAL_TENANT } from '../src/webhooks/service.js';

@@ -1,5 +1,5 @@
 /**
- * Memory that must stay bounded under steady load (issue 14, bench/soak.ts): the SQLite file is
+ * Memory that must stay bounded under steady load (the soak, bench/soak.ts): the SQLite file is
  * never mapped into the process (its mapped pages counted in RSS, which then grew with the
  * file), a per-job stream whose client left while the route was still looking the job up
  * leaves no subscription behind, and what a `/v1/events` connection remembers per job is bounded.
@@ -16,7 +16,7 @@ import type { JobState } from '../src/core/states.js';
 import { FEED_JOBS_REMEMBERED, FeedEventNames } from '../src/server/feed-events.js';
 import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import { KEY_A, startHarness, submit, type Harness } from './support/http-harness.js';
-import { newJob } from './store-contract.js';
+import { newJob } from './store-contract/fixtures.js';
 
 /** Resident KiB of this process's mappings of `file` (Linux: /proc/self/smaps). */
 function residentMappedKib(file: string): number {

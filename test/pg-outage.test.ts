@@ -22,7 +22,7 @@ import { FsBlobStore } from '../src/blobs/fs-store.js';
 import type { JobSnapshot } from '../src/core/job.js';
 import { Longhaul } from '../src/longhaul.js';
 import { buildServer } from '../src/server/app.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 import { PrivatePostgres } from './support/private-postgres.js';
 

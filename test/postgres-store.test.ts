@@ -1,8 +1,9 @@
 /**
- * PostgresStore: the shared store contract (one fresh schema per test in one database made for
- * this run), then what only PostgreSQL has: concurrent migrations from several processes,
- * per-type concurrency under competing worker processes, transactional enqueue, lease fencing
- * between nodes, LISTEN/NOTIFY wake-ups, sweeper election and connection loss.
+ * PostgresStore: the shared store contract, all three parts (one fresh schema per test in one
+ * database made for this run), then what only PostgreSQL has: concurrent migrations from
+ * several processes, per-type concurrency under competing worker processes, transactional
+ * enqueue, lease fencing between nodes, LISTEN/NOTIFY wake-ups, sweeper election and
+ * connection loss.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -21,7 +22,10 @@ import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import type { SqlTransaction } from '../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from './fixtures/process-harness.js';
 import pgTasks, { createLedger } from './fixtures/pg-tasks.js';
-import { assertLogReplays, newJob, runStoreContract } from './store-contract.js';
+import { assertLogReplays, newJob } from './store-contract/fixtures.js';
+import { runJobQueueContract } from './store-contract/job-queue.js';
+import { runResultFileContract } from './store-contract/result-files.js';
+import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 import { scriptedReceiver } from './support/webhook-receiver.js';
 
@@ -38,7 +42,9 @@ async function openStore(schema = `t${++schemas}`): Promise<PostgresStore> {
   return store;
 }
 
-runStoreContract(`postgres (${db.source})`, () => openStore());
+runJobQueueContract(`postgres (${db.source})`, () => openStore());
+runResultFileContract(`postgres (${db.source})`, () => openStore());
+runWebhookOutboxContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 

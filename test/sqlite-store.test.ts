@@ -1,7 +1,7 @@
 /**
- * SqliteStore: the shared store contract on a fresh temp file per test, plus what only
- * SQLite has (corrupt checkpoint bytes, data_version polling across connections, the
- * schema version table).
+ * SqliteStore: the shared store contract, all three parts, on a fresh temp file per test,
+ * plus what only SQLite has (corrupt checkpoint bytes, data_version polling across
+ * connections, the schema version table).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -11,7 +11,10 @@ import { join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
 import { MIGRATIONS } from '../src/store/sqlite/schema.js';
 import { PENDING_WEBHOOKS_SQL, SqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import { newJob, runStoreContract } from './store-contract.js';
+import { newJob } from './store-contract/fixtures.js';
+import { runJobQueueContract } from './store-contract/job-queue.js';
+import { runResultFileContract } from './store-contract/result-files.js';
+import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 
 const dirs: string[] = [];
 
@@ -31,7 +34,9 @@ async function openStore(path = tempPath()): Promise<SqliteStore> {
   return s;
 }
 
-runStoreContract('sqlite (file)', () => openStore());
+runJobQueueContract('sqlite (file)', () => openStore());
+runResultFileContract('sqlite (file)', () => openStore());
+runWebhookOutboxContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];
@@ -150,7 +155,7 @@ describe('SqliteStore specifics', () => {
     // exit with code 13 (unsettled top-level await) before close() resolved.
     const script = `
       import { SqliteStore } from ${JSON.stringify(new URL('../src/store/sqlite/sqlite-store.ts', import.meta.url).href)};
-      import { newJob } from ${JSON.stringify(new URL('./store-contract.ts', import.meta.url).href)};
+      import { newJob } from ${JSON.stringify(new URL('./store-contract/fixtures.ts', import.meta.url).href)};
       const store = new SqliteStore({ path: ${JSON.stringify(tempPath())} });
       await store.migrate();
       for (let i = 0; i < 5; i++) await store.insertJobs({ jobs: Array.from({ length: 1000 }, () => newJob()) });

@@ -16,7 +16,7 @@ import pino from 'pino';
 import { FsBlobStore } from '../src/blobs/fs-store.js';
 import type { JobSnapshot } from '../src/core/job.js';
 import { Longhaul } from '../src/longhaul.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 
 // ---- the oracle ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import { UnstorableValueError } from '../src/core/errors.js';
 import type { JobSnapshot } from '../src/core/job.js';
 import { Longhaul } from '../src/longhaul.js';
 import { buildServer } from '../src/server/app.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { generateWebhookSecret } from '../src/webhooks/signing.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 import { receiver } from './support/webhook-receiver.js';

@@ -16,7 +16,7 @@ import { Longhaul } from '../src/longhaul.js';
 import { PostgresStore } from '../src/store/postgres/postgres-store.js';
 import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { NewJob, Store, TransitionParams } from '../src/store/store.js';
-import { defineTask } from '../src/tasks/define.js';
+import { defineTask } from '../src/task-api/define.js';
 import { OUTCOME_REFUSED } from '../src/worker/outcome-isolation.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 import { pollUntil as until } from './support/poll.js';

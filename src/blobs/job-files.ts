@@ -5,7 +5,7 @@
  */
 import { FatalError } from '../core/errors.js';
 import type { JobSnapshot } from '../core/job.js';
-import type { ResultFileRecord, Store } from '../store/store.js';
+import type { ResultFileRecord, ResultFileStore } from '../store/store.js';
 import type { StoreWriteRetry } from '../worker/store-retry.js';
 import { openBlobStore, resolveBlobStoreConfig, resolveUploadLimits, type UploadLimits } from './config.js';
 import type { ResultsHandle, UploadsHandle } from './handles.js';
@@ -57,7 +57,7 @@ export class JobFiles {
    * `ctx.results` of one attempt: records go to the store under the attempt's lease, each
    * through `retry` (the worker's: it rides out a short outage of the store).
    */
-  results(store: Store, job: { id: string; lease: number }, onLeaseLost: () => void, retry: StoreWriteRetry = (_what, write) => write()): ResultsHandle {
+  results(store: ResultFileStore, job: { id: string; lease: number }, onLeaseLost: () => void, retry: StoreWriteRetry = (_what, write) => write()): ResultsHandle {
     const records: ResultRecords = {
       async record(file) {
         const ok = await retry('result file', () => store.recordResult({ id: job.id, lease: job.lease, file, now: Date.now() }));
@@ -89,7 +89,7 @@ export class JobFiles {
   }
 
   /** Deletes every blob of the job's results, then its records. */
-  async deleteJobFiles(store: Store, jobId: string): Promise<void> {
+  async deleteJobFiles(store: ResultFileStore, jobId: string): Promise<void> {
     await deleteJobResults(this.blobs, jobId);
     await store.deleteResults({ id: jobId });
   }

@@ -6,7 +6,7 @@ import { type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
 import { buildServer, DEFAULT_STREAM_BUFFER_BYTES } from '../server/app.js';
-import { collectTasks, type Task } from '../tasks/define.js';
+import { collectTasks, type Task } from '../task-api/define.js';
 import { exampleTasks } from '../tasks/examples.js';
 import { describeTasks } from './describe.js';
 

@@ -6,6 +6,7 @@
  * (not `EventSource`, so the API key travels in the `Authorization` header, and the stream can
  * resume, fall back to polling and be aborted under our control).
  */
+import type { JobStats, JobTransition, SnapshotPage, StreamToken } from '../core/api-types.js';
 import type { JobSnapshot, Priority } from '../core/job.js';
 import { idempotencyKeyProblem } from '../core/limits.js';
 import { isTerminal, type JobState } from '../core/states.js';
@@ -92,29 +93,6 @@ export interface ListFilters extends RequestOptions {
   cursor?: string;
 }
 
-export interface JobPage {
-  items: JobSnapshot[];
-  /** Pass as `cursor` for the next page; null on the last one. */
-  nextCursor: string | null;
-}
-
-export interface JobTransition {
-  from: JobState | null;
-  to: JobState;
-  /** ISO 8601. */
-  at: string;
-  reason: string;
-  attempt: number;
-  workerId: string | null;
-}
-
-export interface JobStats {
-  counts: Record<JobState, number>;
-  rates: { submittedPerMinute: number; finishedPerMinute: number };
-  /** Run times in ms per task type, over jobs finished in the last 15 minutes. */
-  durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
-}
-
 export interface StreamTokenRequest extends RequestOptions {
   /** The job ids the token grants. */
   jobs?: string[];
@@ -122,12 +100,6 @@ export interface StreamTokenRequest extends RequestOptions {
   all?: boolean;
   /** Default 300, at most 3600. */
   ttlSeconds?: number;
-}
-
-export interface StreamToken {
-  token: string;
-  /** ISO 8601. */
-  expiresAt: string;
 }
 
 export interface WaitOptions extends RequestOptions {
@@ -272,7 +244,7 @@ export class LonghaulClient {
   }
 
   /** One page of jobs, newest first. */
-  async list(filters: ListFilters = {}): Promise<JobPage> {
+  async list(filters: ListFilters = {}): Promise<SnapshotPage> {
     const query = new URLSearchParams();
     if (filters.status !== undefined) query.set('status', Array.isArray(filters.status) ? filters.status.join(',') : filters.status);
     if (filters.type !== undefined) query.set('type', filters.type);

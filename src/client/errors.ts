@@ -1,12 +1,7 @@
 /** Errors of the client SDK. */
+import type { FieldIssue } from '../core/errors.js';
 import type { JobSnapshot } from '../core/job.js';
 import { parseJson } from '../core/json-text.js';
-
-/** One field error of a problem document (`errors: [{path, message}]`). */
-export interface FieldError {
-  path: string;
-  message: string;
-}
 
 /**
  * Parses a `Retry-After` header: delay-seconds (`"5"`) or an HTTP date. Returns milliseconds
@@ -25,9 +20,9 @@ function str(v: unknown): string | null {
   return typeof v === 'string' ? v : null;
 }
 
-function fieldErrors(v: unknown): FieldError[] {
+function fieldErrors(v: unknown): FieldIssue[] {
   if (!Array.isArray(v)) return [];
-  const out: FieldError[] = [];
+  const out: FieldIssue[] = [];
   for (const e of v) {
     if (e && typeof e === 'object' && typeof (e as { message?: unknown }).message === 'string') {
       const path = (e as { path?: unknown }).path;
@@ -51,8 +46,8 @@ export class LonghaulApiError extends Error {
   readonly type: string | null;
   readonly title: string | null;
   readonly detail: string | null;
-  /** Field errors; empty when there are none. */
-  readonly errors: FieldError[];
+  /** The problem document's field errors (`errors: [{path, message}]`); empty when there are none. */
+  readonly errors: FieldIssue[];
   /** The `Retry-After` header in ms (on `503`, `429`), or null. */
   readonly retryAfterMs: number | null;
   /** The parsed problem document, or the raw text when the body was not JSON. */

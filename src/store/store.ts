@@ -1,13 +1,8 @@
 /**
- * The storage contract. Every store (SQLite, PostgreSQL) implements exactly this, and one
- * contract test suite (test/store-contract.ts) checks every implementation.
- *
- * Rules every implementation keeps:
- * - A transition is a compare-and-swap on (id, expected state[, lease token]); the loser gets
- *   `false` and nothing changes. Every applied transition appends one log entry atomically.
- * - A claim increments the job's lease token (fencing); lease-carrying writes (heartbeat,
- *   progress, checkpoint, completion) are refused once the lease has moved on.
- * - `canTransition` from core decides what is legal; a store never applies anything else.
+ * The storage contract, in three parts: the job queue (JobQueueStore), result files
+ * (ResultFileStore) and the webhook outbox (WebhookOutboxStore). Every store (SQLite,
+ * PostgreSQL) implements all three as one `Store` on one database, and one contract suite per
+ * part (test/store-contract/) checks every implementation. Each part's guarantees are with it.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
@@ -274,19 +269,19 @@ export interface StoreNotify {
   channel: string;
 }
 
-export interface Store {
+/**
+ * The job queue: jobs, their transition log and progress, claims under leases, and what the
+ * sweeper and the stats read. Guarantees:
+ * - A transition is a compare-and-swap on (id, expected state[, lease token]); the loser gets
+ *   `false` and nothing changes. Every applied transition appends one log entry atomically.
+ * - A claim increments the job's lease token (fencing); lease-carrying writes (heartbeat,
+ *   progress, checkpoint, completion) are refused once the lease has moved on.
+ * - `canTransition` from core decides what is legal; a store never applies anything else.
+ * - An idempotency key names one job per tenant: the same request finds it again, a different
+ *   one is a conflict, and neither inserts a second job.
+ */
+export interface JobQueueStore {
   readonly capabilities: StoreCapabilities;
-  /**
-   * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
-   * the schema version found and the one left (equal when there was nothing to do).
-   */
-  migrate(): Promise<MigrationResult>;
-  close(): Promise<void>;
-  /**
-   * One cheap read of Longhaul's own schema: resolves when the database answers and is migrated,
-   * rejects otherwise (readiness probes, `GET /readyz`).
-   */
-  ping(): Promise<void>;
 
   insertJob(params: InsertJobParams): Promise<InsertResult>;
   /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */
@@ -330,8 +325,18 @@ export interface Store {
    * without it (SQLite) let every sweeper run.
    */
   tryAcquireSweeperLock?(): Promise<boolean>;
+}
 
-  // ---- result files (issue 5) ----------------------------------------------------------
+/**
+ * The files a job's handler wrote (the bytes are in blob storage, src/blobs/; this part keeps
+ * what they are and where). Guarantees:
+ * - Records and removals happen only under the job's current lease while it is running, like
+ *   the queue's other lease-carrying writes: a handler that lost its job cannot add files to it.
+ * - A name is one file per job: recording it again replaces the record. Lists keep recording order.
+ * - Nothing here touches the bytes: the caller deletes a job's blobs, then forgets its records
+ *   (deleteResults). A download is counted on the record (countDownload).
+ */
+export interface ResultFileStore {
   /** Records a result file on a running job under its lease, replacing one of the same name; false when the lease is gone. */
   recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean>;
   /** Removes the result file `name` under the lease (no-op when absent); false when the lease is gone. */
@@ -342,8 +347,19 @@ export interface Store {
   deleteResults(params: { id: string }): Promise<void>;
   /** Counts one download of the job's result file `name`. */
   countDownload(params: { id: string; name: string }): Promise<void>;
+}
 
-  // ---- webhooks (issue 5) --------------------------------------------------------------
+/**
+ * Webhook targets, the outbox of job ends to announce, and the delivery log. Guarantees:
+ * - A pending event is read from the job itself (ended, and that end not yet marked), not
+ *   written beside it: no transition can end a job without its event, and a process killed
+ *   between enqueueing a delivery and marking the event finds the event again (the caller
+ *   keys its delivery job by job id and end time, so that does not send twice).
+ * - Each end of a job is reported once; a manual retry re-arms the target, so the next end
+ *   is reported too, never the same end again.
+ * - A target saved for a job that was never inserted is ignored.
+ */
+export interface WebhookOutboxStore {
   /** Saves the webhook target of a job (before the job is inserted: a target without a job is ignored). */
   saveWebhook(params: WebhookTarget): Promise<void>;
   deleteWebhook(params: { jobId: string }): Promise<void>;
@@ -357,4 +373,22 @@ export interface Store {
   recordWebhookDelivery(params: WebhookDeliveryEntry): Promise<void>;
   /** The job's delivery log, oldest first. */
   listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]>;
+}
+
+/**
+ * A whole store: the three parts in one database, plus what concerns the database as a whole
+ * (its schema, its connections, readiness). Code that needs one part takes that part's type.
+ */
+export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore {
+  /**
+   * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
+   * the schema version found and the one left (equal when there was nothing to do).
+   */
+  migrate(): Promise<MigrationResult>;
+  close(): Promise<void>;
+  /**
+   * One cheap read of Longhaul's own schema: resolves when the database answers and is migrated,
+   * rejects otherwise (readiness probes, `GET /readyz`).
+   */
+  ping(): Promise<void>;
 }

@@ -10,11 +10,11 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
 import { expireResult, flagStalled, forceCancel, reapLostWorker, requestTimeout, type TransitionParams } from '../core/transitions.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore } from '../store/store.js';
 import { applyTransitions } from '../transitions/apply.js';
 
 export interface SweeperOptions {
-  store: Store;
+  store: JobQueueStore;
   bus: JobBus;
   logger: Logger;
   /** Default 1000 ms. */

@@ -6,7 +6,7 @@
  */
 import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
 import { FatalError } from '../core/errors.js';
-import type { TaskContext } from './define.js';
+import type { TaskContext } from '../task-api/define.js';
 
 export type BlobTaskContext<C = unknown> = TaskContext<C> & { results: ResultsHandle; uploads: UploadsHandle };
 

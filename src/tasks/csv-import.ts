@@ -15,7 +15,7 @@ import { type BlobTaskContext, withBlobs } from './blob-context.js';
 import { countLineBreaks, readRecords, recordTooLarge, withoutLineBreak } from './csv/record-reader.js';
 import { assembleRejected, isPartName, partName, REJECTED_FILE, type RejectedRow, rejectedLines } from './csv/rejected-file.js';
 import { COLUMNS, checkRow, headerMatches, REASONS } from './csv/row-rules.js';
-import { defineTask } from './define.js';
+import { defineTask } from '../task-api/define.js';
 
 export const SUMMARY_FILE = 'summary.json';
 

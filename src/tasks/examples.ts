@@ -2,7 +2,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { withAbortReason } from '../core/abort.js';
 import { csvImport } from './csv-import.js';
-import { defineTask } from './define.js';
+import { defineTask } from '../task-api/define.js';
 import { reportGenerate } from './report-generate.js';
 
 /**

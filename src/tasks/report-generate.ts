@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { pipeline, Transform } from 'node:stream';
 import type { ResultFile } from '../blobs/handles.js';
 import { type BlobTaskContext, withBlobs } from './blob-context.js';
-import { defineTask } from './define.js';
+import { defineTask } from '../task-api/define.js';
 import { renderCsv } from './report/render-csv.js';
 import { renderPdf } from './report/render-pdf.js';
 import { readSpool, type SalesTotals, spoolSales } from './report/sales-data.js';

@@ -6,7 +6,7 @@
  */
 import type { JobBus } from '../channel/bus.js';
 import { eventsOf, type JobIdentity, type TransitionParams } from '../core/transitions.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore } from '../store/store.js';
 
 /** A write and the job it names (for the announcement). */
 export interface Planned {
@@ -23,7 +23,7 @@ export function announce(bus: JobBus, job: JobIdentity, write: TransitionParams)
 }
 
 /** Writes the transitions in one store call; announces those that applied. Per item: applied or not. */
-export async function applyTransitions(store: Pick<Store, 'transition'>, bus: JobBus, planned: readonly Planned[]): Promise<boolean[]> {
+export async function applyTransitions(store: Pick<JobQueueStore, 'transition'>, bus: JobBus, planned: readonly Planned[]): Promise<boolean[]> {
   if (planned.length === 0) return [];
   const applied = await store.transition({ items: planned.map((p) => p.write) });
   planned.forEach((p, i) => {
@@ -33,7 +33,7 @@ export async function applyTransitions(store: Pick<Store, 'transition'>, bus: Jo
 }
 
 /** The same for one transition. */
-export async function applyTransition(store: Pick<Store, 'transition'>, bus: JobBus, job: JobIdentity, write: TransitionParams): Promise<boolean> {
+export async function applyTransition(store: Pick<JobQueueStore, 'transition'>, bus: JobBus, job: JobIdentity, write: TransitionParams): Promise<boolean> {
   const [ok] = await applyTransitions(store, bus, [{ job, write }]);
   return ok === true;
 }

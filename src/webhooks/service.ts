@@ -19,8 +19,8 @@ import { FatalError, InvalidOptionsError, LonghaulError, RetryableError, Unstora
 import { uuidv7 } from '../core/ids.js';
 import type { JobSnapshot } from '../core/job.js';
 import { escapeUnstorable, findUnstorable, hasUnstorable, unstorableIssue } from '../core/storable.js';
-import type { InsertResult, NewJob, Store } from '../store/store.js';
-import { defineTask, type Task } from '../tasks/define.js';
+import type { InsertResult, NewJob, WebhookOutboxStore } from '../store/store.js';
+import { defineTask, type Task } from '../task-api/define.js';
 import { DEFAULT_WEBHOOK_TIMEOUT_MS, deliverWebhook } from './deliver.js';
 import { type WebhookEventType, webhookEventType } from './payload.js';
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, retryDelayAfter } from './retry-schedule.js';
@@ -147,7 +147,7 @@ export function redactWebhookUrl(raw: string): string {
 }
 
 export interface WebhookTaskDeps {
-  store: Store;
+  store: WebhookOutboxStore;
   config: WebhookConfig;
   /** The job's current snapshot (with fresh signed result URLs), any tenant. */
   snapshot(jobId: string): Promise<JobSnapshot | null>;
@@ -205,7 +205,7 @@ export function webhookTask(deps: WebhookTaskDeps): Task {
 }
 
 export interface DispatchDeps {
-  store: Store;
+  store: WebhookOutboxStore;
   config: WebhookConfig;
   /** Inserts an internal job (the caller announces it to local workers). */
   insert(job: NewJob): Promise<InsertResult>;

@@ -4,7 +4,7 @@
  * their behalf.
  */
 import type { JobRecord } from '../core/job.js';
-import type { Task } from '../tasks/define.js';
+import type { Task } from '../task-api/define.js';
 import { type AbortKind, AttemptAbort } from './abort.js';
 import type { LongTimer } from './long-timer.js';
 import type { Outcome } from './outcome.js';

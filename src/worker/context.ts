@@ -16,7 +16,7 @@ import { checkpointUsable } from '../core/lifecycle.js';
 import { findUnstorableInValue, unstorableMessage } from '../core/storable.js';
 import { runningNote } from '../core/transitions.js';
 import type { Store } from '../store/store.js';
-import type { TaskContext } from '../tasks/define.js';
+import type { TaskContext } from '../task-api/define.js';
 import { applyTransition } from '../transitions/apply.js';
 import type { Active } from './attempt.js';
 import { ProgressReporter } from './progress-reporter.js';

@@ -18,7 +18,7 @@ import { uuidv7 } from '../core/ids.js';
 import type { JobRecord } from '../core/job.js';
 import { hasUnstorable } from '../core/storable.js';
 import type { Store } from '../store/store.js';
-import type { Task } from '../tasks/define.js';
+import type { Task } from '../task-api/define.js';
 import { type Active, Attempts, cancelKindOf, newActive } from './attempt.js';
 import { logFailedAttempt } from './attempt-end.js';
 import { ClaimLoop, type ClaimLoopHost } from './claim-loop.js';

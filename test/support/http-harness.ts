@@ -15,7 +15,7 @@ import type { JobSnapshot } from '../../src/core/job.js';
 import { Longhaul, type WorkerHandle } from '../../src/longhaul.js';
 import { buildServer } from '../../src/server/app.js';
 import { parseApiKeys } from '../../src/server/auth.js';
-import { defineTask } from '../../src/tasks/define.js';
+import { defineTask } from '../../src/task-api/define.js';
 
 export const KEY_A = 'keyAAAAAAAA';
 export const KEY_B = 'keyBBBBBBBB';

@@ -721,7 +721,7 @@ export class PostgresStore implements Store {
     return { connected: this.listener.connected, backendPid: this.listener.backendPid };
   }
 
-  // ---- result files and webhooks (issue 5) --------------------------------------------------
+  // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
 
   async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
     if (!isUuid(params.id)) return false;

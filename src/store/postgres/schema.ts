@@ -282,7 +282,7 @@ export const MIGRATIONS: readonly string[] = [
   END
   $fn$;
   `,
-  // 2: result files, webhook targets and the webhook delivery log (issue 5)
+  // 2: result files, webhook targets and the webhook delivery log
   `
   CREATE TABLE {s}.job_results (
     job_id uuid NOT NULL,

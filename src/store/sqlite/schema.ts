@@ -55,7 +55,7 @@ export const MIGRATIONS: readonly string[] = [
     updated_at INTEGER NOT NULL
   ) WITHOUT ROWID;
   `,
-  // 2: result files, webhook targets and the webhook delivery log (issue 5)
+  // 2: result files, webhook targets and the webhook delivery log
   `
   CREATE TABLE job_results (
     job_id TEXT NOT NULL,

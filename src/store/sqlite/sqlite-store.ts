@@ -627,7 +627,7 @@ export class SqliteStore implements Store {
     return changed;
   }
 
-  // ---- result files and webhooks (issue 5) ------------------------------------------------
+  // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
 
   async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
     const f = params.file;

@@ -1,60 +1,24 @@
 /**
- * The storage contract (src/store/store.ts) as one test suite, parameterised only by a
- * factory. Every store implementation calls `runStoreContract` unchanged:
+ * The job queue part of the storage contract (JobQueueStore in src/store/store.ts), plus the
+ * schema and readiness calls every store has, as one suite parameterised only by a factory.
+ * Every store's test file runs it with the other parts' suites:
  *
- *   runStoreContract('sqlite', async () => { const s = new SqliteStore(...); await s.migrate(); return s; });
+ *   runJobQueueContract('sqlite', async () => { const s = new SqliteStore(...); await s.migrate(); return s; });
  *
  * The factory must return a fresh, migrated, empty store; the suite closes it after each test.
  * All times are explicit (`now`, `at`), so nothing here sleeps.
  */
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
-import { uuidv7 } from '../src/core/ids.js';
-import type { JobRecord, TransitionEntry } from '../src/core/job.js';
-import { EMPTY_PROGRESS, type Progress } from '../src/core/progress.js';
-import { canTransition, JOB_STATES, type JobState } from '../src/core/states.js';
-import type { ClaimParams, NewJob, Store, TransitionParams } from '../src/store/store.js';
+import { uuidv7 } from '../../src/core/ids.js';
+import type { JobRecord, TransitionEntry } from '../../src/core/job.js';
+import { EMPTY_PROGRESS, type Progress } from '../../src/core/progress.js';
+import { JOB_STATES } from '../../src/core/states.js';
+import type { Store, TransitionParams } from '../../src/store/store.js';
+import { assertLogReplays, contractHelpers, newJob, T0 } from './fixtures.js';
 
-const T0 = 1_700_000_000_000;
-
-export function newJob(overrides: Partial<NewJob> = {}): NewJob {
-  return {
-    id: uuidv7(),
-    tenant: 'acme',
-    type: 'report',
-    state: 'queued',
-    priority: 'normal',
-    input: { n: 1 },
-    metadata: null,
-    maxAttempts: 3,
-    runAt: T0,
-    createdAt: T0,
-    timeoutMs: null,
-    heartbeatTimeoutMs: 30_000,
-    stallTimeoutMs: null,
-    resultTtlMs: 60_000,
-    parentId: null,
-    idempotencyKey: null,
-    requestHash: null,
-    ...overrides,
-  };
-}
-
-/** The log must replay to the job's state (see test/property.test.ts for the same check under random operations). */
-export function assertLogReplays(log: TransitionEntry[], job: JobRecord): void {
-  assert.ok(log.length >= 1, 'log is never empty');
-  assert.equal(log[0]?.from, null, 'first entry comes from null');
-  for (let i = 1; i < log.length; i++) {
-    const prev = log[i - 1] as TransitionEntry;
-    const e = log[i] as TransitionEntry;
-    assert.equal(e.from, prev.to, `entry ${i} (${e.reason}) does not continue from ${prev.to}`);
-    assert.ok(canTransition(e.from as JobState, e.to), `entry ${i}: ${e.from} → ${e.to} is not allowed`);
-  }
-  assert.equal(log[log.length - 1]?.to, job.state, 'last entry leads to the current state');
-}
-
-export function runStoreContract(name: string, makeStore: () => Promise<Store>): void {
-  describe(`store contract: ${name}`, () => {
+export function runJobQueueContract(name: string, makeStore: () => Promise<Store>): void {
+  describe(`store contract (job queue): ${name}`, () => {
     let store: Store;
 
     beforeEach(async () => {
@@ -64,50 +28,7 @@ export function runStoreContract(name: string, makeStore: () => Promise<Store>):
       await store.close();
     });
 
-    // ---- helpers (closures over the current store) ----
-
-    async function insert(overrides: Partial<NewJob> = {}): Promise<JobRecord> {
-      const r = await store.insertJob({ job: newJob(overrides) });
-      assert.equal(r.kind, 'created');
-      return (r as { job: JobRecord }).job;
-    }
-
-    async function get(id: string): Promise<JobRecord> {
-      const j = await store.getJob({ id });
-      assert.ok(j, `job ${id} exists`);
-      return j;
-    }
-
-    async function log(id: string): Promise<TransitionEntry[]> {
-      const l = await store.getTransitions({ id });
-      assert.ok(l, `log of ${id} exists`);
-      return l;
-    }
-
-    function claimParams(overrides: Partial<ClaimParams> = {}): ClaimParams {
-      return { workerId: 'w1', types: [{ type: 'report' }], limit: 10, now: T0, ...overrides };
-    }
-
-    async function claimOne(overrides: Partial<ClaimParams> = {}): Promise<JobRecord> {
-      const jobs = await store.claimJobs(claimParams({ limit: 1, ...overrides }));
-      assert.equal(jobs.length, 1, 'one job claimed');
-      return jobs[0] as JobRecord;
-    }
-
-    /** A job of its own type, claimed: running with lease 1. */
-    async function running(overrides: Partial<NewJob> = {}, now = T0): Promise<JobRecord> {
-      const type = overrides.type ?? `t-${uuidv7().slice(-8)}`;
-      const j = await insert({ ...overrides, type });
-      const c = await claimOne({ types: [{ type }], now });
-      assert.equal(c.id, j.id);
-      return c;
-    }
-
-    async function apply(p: TransitionParams): Promise<boolean> {
-      const [ok] = await store.transition({ items: [p] });
-      assert.equal(typeof ok, 'boolean');
-      return ok as boolean;
-    }
+    const { insert, get, log, claimParams, claimOne, running, apply } = contractHelpers(() => store);
 
     const progress = (percent: number, at: number): Progress => ({ ...EMPTY_PROGRESS, percent, updatedAt: new Date(at).toISOString() });
 
@@ -1206,102 +1127,6 @@ export function runStoreContract(name: string, makeStore: () => Promise<Store>):
         assert.deepEqual(a.durations, [{ type: r.type, ms: 250 }]);
         const other = await store.activity({ tenant: 'nobody', since: now - 60_000, durationsSince: now - 60_000, limit: 10 });
         assert.deepEqual(other, { submitted: 0, finished: 0, durations: [] });
-      });
-    });
-
-    describe('result files', () => {
-      const file = (name: string, key = `results/x/${uuidv7()}/${name}`) => ({ name, size: 10, contentType: 'text/csv', sha256: 'ab'.repeat(32), key });
-
-      it('records files under the lease, in recording order, replacing by name, and counts downloads', async () => {
-        const r = await running();
-        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: file('a.csv'), now: T0 }), true);
-        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: file('b.json'), now: T0 }), true);
-        const replaced = { ...file('a.csv', 'results/x/new/a.csv'), size: 99 };
-        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: replaced, now: T0 + 1 }), true);
-        await store.countDownload({ id: r.id, name: 'a.csv' });
-        await store.countDownload({ id: r.id, name: 'a.csv' });
-        await store.countDownload({ id: r.id, name: 'missing.csv' });
-        const other = await insert();
-        const map = await store.listResults({ ids: [r.id, other.id, 'not-a-uuid'] });
-        assert.deepEqual([...map.keys()], [r.id]);
-        const files = map.get(r.id) ?? [];
-        assert.deepEqual(
-          files.map((f) => [f.name, f.size, f.key, f.downloads]),
-          [
-            ['a.csv', 99, 'results/x/new/a.csv', 2],
-            ['b.json', 10, files[1]?.key, 0],
-          ],
-        );
-        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease, name: 'b.json' }), true);
-        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease, name: 'never.txt' }), true);
-        assert.deepEqual(((await store.listResults({ ids: [r.id] })).get(r.id) ?? []).map((f) => f.name), ['a.csv']);
-        await store.deleteResults({ id: r.id });
-        assert.equal((await store.listResults({ ids: [r.id] })).size, 0);
-      });
-
-      it('refuses records and removals once the lease moved on or the job left running', async () => {
-        const r = await running();
-        assert.equal(await store.recordResult({ id: r.id, lease: r.lease + 1, file: file('a.csv'), now: T0 }), false);
-        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease + 1, name: 'a.csv' }), false);
-        assert.ok(await store.recordResult({ id: r.id, lease: r.lease, file: file('a.csv'), now: T0 }));
-        assert.ok(await apply({ id: r.id, from: 'running', to: 'succeeded', lease: r.lease, reason: 'done', at: T0 + 5, patch: { finishedAt: T0 + 5 } }));
-        assert.equal(await store.recordResult({ id: r.id, lease: r.lease, file: file('late.csv'), now: T0 + 6 }), false);
-        assert.equal(await store.unrecordResult({ id: r.id, lease: r.lease, name: 'a.csv' }), false);
-        assert.deepEqual(((await store.listResults({ ids: [r.id] })).get(r.id) ?? []).map((f) => f.name), ['a.csv']);
-        const q = await insert();
-        assert.equal(await store.recordResult({ id: q.id, lease: 0, file: file('a.csv'), now: T0 }), false);
-      });
-    });
-
-    describe('webhooks', () => {
-      it('keeps targets, reports each end of a job once, re-arms after a manual retry', async () => {
-        const r = await running();
-        await store.saveWebhook({ jobId: r.id, url: 'https://hooks.example.com/a', secret: `whsec_${'A'.repeat(32)}` });
-        const quiet = await insert();
-        await store.saveWebhook({ jobId: quiet.id, url: 'https://hooks.example.com/b', secret: null });
-        // A target saved for a job that was never inserted is ignored.
-        await store.saveWebhook({ jobId: uuidv7(), url: 'https://hooks.example.com/c', secret: null });
-        assert.deepEqual(await store.getWebhook({ jobId: quiet.id }), { jobId: quiet.id, url: 'https://hooks.example.com/b', secret: null });
-        assert.equal(await store.getWebhook({ jobId: uuidv7() }), null);
-        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
-        assert.ok(await apply({ id: r.id, from: 'running', to: 'failed', lease: r.lease, reason: 'fatal', at: T0 + 5, patch: { finishedAt: T0 + 5 } }));
-        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), [{ jobId: r.id, tenant: 'acme', state: 'failed', finishedAt: T0 + 5 }]);
-        await store.markWebhookEvent({ jobId: r.id, finishedAt: T0 + 5 });
-        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
-        // Manual retry: re-armed, but the same end is not reported twice.
-        await store.rearmWebhook({ jobId: r.id });
-        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
-        assert.ok(await apply({ id: r.id, from: 'failed', to: 'queued', reason: 'manual retry', at: T0 + 6, patch: { finishedAt: null, runAt: T0 + 6 } }));
-        const again = await claimOne({ types: [{ type: r.type }], now: T0 + 7 });
-        assert.ok(await apply({ id: r.id, from: 'running', to: 'succeeded', lease: again.lease, reason: 'done', at: T0 + 9, patch: { finishedAt: T0 + 9 } }));
-        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), [{ jobId: r.id, tenant: 'acme', state: 'succeeded', finishedAt: T0 + 9 }]);
-        await store.deleteWebhook({ jobId: r.id });
-        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
-      });
-
-      it('keeps the delivery log per job, oldest first', async () => {
-        const j = await insert();
-        const entry = (attempt: number, ok: boolean) => ({
-          jobId: j.id,
-          deliveryId: uuidv7(),
-          eventType: 'job.succeeded',
-          attempt,
-          at: T0 + attempt,
-          url: 'https://hooks.example.com/a',
-          status: ok ? 200 : null,
-          ok,
-          error: ok ? null : 'timed out after 10000 ms',
-          durationMs: 12,
-          responseSnippet: ok ? 'thanks' : null,
-        });
-        const first = entry(1, false);
-        const second = entry(2, true);
-        await store.recordWebhookDelivery(first);
-        await store.recordWebhookDelivery(second);
-        await store.recordWebhookDelivery({ ...entry(1, true), jobId: uuidv7() });
-        assert.deepEqual(await store.listWebhookDeliveries({ jobId: j.id, limit: 10 }), [first, second]);
-        assert.deepEqual(await store.listWebhookDeliveries({ jobId: j.id, limit: 1 }), [first]);
-        assert.deepEqual(await store.listWebhookDeliveries({ jobId: 'nope', limit: 10 }), []);
       });
     });
 
