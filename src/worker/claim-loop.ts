@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
 import { isTransientStoreError } from '../core/store-errors.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore } from '../store/store.js';
 import type { Active, Attempts } from './attempt.js';
 import { ClaimAhead } from './claim-ahead.js';
 import type { Outcome } from './outcome.js';
@@ -30,7 +30,7 @@ export interface ClaimLoopHost {
 }
 
 export interface ClaimLoopOptions {
-  store: Store;
+  store: JobQueueStore;
   bus: JobBus;
   log: Logger;
   clock: () => number;
@@ -46,7 +46,7 @@ export interface ClaimLoopOptions {
 }
 
 export class ClaimLoop {
-  private readonly store: Store;
+  private readonly store: JobQueueStore;
   private readonly attempts: Attempts;
   private readonly concurrency: number;
   /** Settled attempts whose outcome is to be written, in order. */

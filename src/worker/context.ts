@@ -15,7 +15,7 @@ import { FatalError, LeaseLostError } from '../core/errors.js';
 import { checkpointUsable } from '../core/lifecycle.js';
 import { findUnstorableInValue, unstorableMessage } from '../core/storable.js';
 import { runningNote } from '../core/transitions.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore } from '../store/store.js';
 import type { TaskContext } from '../task-api/define.js';
 import { applyTransition } from '../transitions/apply.js';
 import type { Active } from './attempt.js';
@@ -33,7 +33,7 @@ export interface WorkerFiles {
 }
 
 export interface ContextOptions {
-  store: Store;
+  store: JobQueueStore;
   bus: JobBus;
   /** The worker's logger (a job's is its child). */
   log: Logger;

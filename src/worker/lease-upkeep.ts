@@ -7,13 +7,13 @@
 import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import { requestTimeout } from '../core/transitions.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore } from '../store/store.js';
 import { applyTransition } from '../transitions/apply.js';
 import { type Active, type Attempts, cancelKindOf } from './attempt.js';
 import { longTimeout } from './long-timer.js';
 
 export interface LeaseUpkeepOptions {
-  store: Store;
+  store: JobQueueStore;
   bus: JobBus;
   log: Logger;
   clock: () => number;
@@ -30,7 +30,7 @@ interface LeaseStatus {
 }
 
 export class LeaseUpkeep {
-  private readonly store: Store;
+  private readonly store: JobQueueStore;
   private readonly attempts: Attempts;
 
   constructor(private readonly o: LeaseUpkeepOptions) {

@@ -11,7 +11,7 @@ import type { JobError } from '../core/errors.js';
 import { escapeUnstorable } from '../core/storable.js';
 import { isTransientStoreError } from '../core/store-errors.js';
 import { failRefused, type TransitionParams } from '../core/transitions.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore } from '../store/store.js';
 
 export const OUTCOME_REFUSED = 'OUTCOME_REFUSED';
 
@@ -42,7 +42,7 @@ export function refusedOutcomeFallback(p: TransitionParams, err: unknown): Trans
 }
 
 /** Writes each transition in its own store call; never throws. */
-export async function writeEachAlone(store: Store, items: readonly TransitionParams[], log: Logger): Promise<AloneResult[]> {
+export async function writeEachAlone(store: JobQueueStore, items: readonly TransitionParams[], log: Logger): Promise<AloneResult[]> {
   const out: AloneResult[] = [];
   for (const p of items) {
     let params = p;

@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { TransitionParams } from '../core/transitions.js';
 import { isTransientStoreError } from '../core/store-errors.js';
-import type { Store } from '../store/store.js';
+import type { JobQueueStore } from '../store/store.js';
 import { announce } from '../transitions/apply.js';
 import type { Active, Attempts } from './attempt.js';
 import { writeEachAlone } from './outcome-isolation.js';
@@ -21,7 +21,7 @@ export function writeOf(a: Active): TransitionParams {
 }
 
 export interface OutcomeWriterOptions {
-  store: Store;
+  store: JobQueueStore;
   bus: JobBus;
   log: Logger;
   attempts: Attempts;
