@@ -14,6 +14,7 @@ export {
   type JobError,
   JobNotFoundError,
   JobStateConflictError,
+  LeaseLostError,
   LonghaulError,
   QueueFullError,
   RetryableError,
@@ -31,4 +32,4 @@ export type { MigrationResult, SqlTransaction, Store } from './store/store.js';
 export { collectTasks, defineTask, type Task, type TaskContext } from './task-api/define.js';
 export { generateWebhookSecret, webhookSignature } from './webhooks/signing.js';
 export { InvalidWebhookError, type WebhookConfigOptions, type WebhookOption, WebhookRefusedError } from './webhooks/service.js';
-export { JobAbortedError, LeaseLostError } from './worker/abort.js';
+export { JobAbortedError } from './worker/abort.js';

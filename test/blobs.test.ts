@@ -22,9 +22,8 @@ import { S3BlobStore } from '../src/blobs/s3-store.js';
 import { loadOrCreateSecretFile, resolveUrlSigningSecret, resolveUrlTtlMs, UrlSigner } from '../src/blobs/signed-urls.js';
 import { BlobNotFoundError, BlobRangeError, type BlobStore, BlobTooLargeError } from '../src/blobs/store.js';
 import { createUploadsHandle, findUpload, storeUpload, sweepExpiredUploads } from '../src/blobs/uploads.js';
-import { FatalError } from '../src/core/errors.js';
+import { FatalError, LeaseLostError } from '../src/core/errors.js';
 import { uuidv7 } from '../src/core/ids.js';
-import { LeaseLostError } from '../src/worker/abort.js';
 
 // s3rver ships no type declarations; the constructor and run()/close() are all the test uses.
 const S3rver = createRequire(import.meta.url)('@20minutes/s3rver');

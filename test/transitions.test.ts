@@ -13,6 +13,7 @@ import {
   eventsOf,
   expireResult,
   failFatal,
+  failRefused,
   flagStalled,
   forceCancel,
   handBack,
@@ -125,6 +126,17 @@ describe('transition builders', () => {
     const retry = afterFailure(job(), 'w1', NOW, { to: 'retrying', runAt: NOW + 100, error: { ...error, retryable: true } });
     legal(retry);
     assert.deepEqual([retry.to, retry.reason, retry.patch?.runAt], ['retrying', 'retry scheduled', NOW + 100]);
+  });
+
+  it('failRefused: the refused write, failed instead, with the given error and none of its patch', () => {
+    const error = { message: 'the store refused', code: 'OUTCOME_REFUSED', retryable: false };
+    const refused = succeed(job(), 'w1', NOW, { huge: true }, 5_000);
+    const w = failRefused(refused, error);
+    legal(w);
+    assert.deepEqual(w, { id: 'j1', from: 'running', to: 'failed', lease: 4, reason: 'outcome refused by the store', workerId: 'w1', at: NOW, patch: { error, finishedAt: NOW } });
+    const unfenced = failRefused({ id: 'j1', from: 'running', to: 'retrying', reason: 'x', at: NOW }, error);
+    assert.ok(!('lease' in unfenced), 'no lease fence when the refused write had none');
+    assert.equal(unfenced.workerId, null);
   });
 
   it('endCancelled: CANCELLED or TIMEOUT with the reason given; handBack refunds the attempt', () => {

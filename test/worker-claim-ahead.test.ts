@@ -1,8 +1,8 @@
 /**
- * Jobs a worker claims ahead of its free slots (src/worker/runtime.ts, `claimAhead`): they are
- * `running` in the store with a lease from their claim, start in claim order as slots free (never
- * more than `concurrency` handlers at once), and a graceful stop hands back the ones that never
- * started at once, attempt refunded, without running them. On SQLite and on PostgreSQL.
+ * Jobs a worker claims ahead of its free slots (`claimAhead`, src/worker/claim-ahead.ts): they
+ * are `running` in the store with a lease from their claim, start in claim order as slots free
+ * (never more than `concurrency` handlers at once), and a graceful stop hands back the ones that
+ * never started at once, attempt refunded, without running them. On SQLite and on PostgreSQL.
  */
 import assert from 'node:assert/strict';
 import { join } from 'node:path';

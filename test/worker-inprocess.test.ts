@@ -256,6 +256,39 @@ describe('worker runtime, in process', () => {
     });
   });
 
+  it('a timeout announces its cancel request once (as a user cancel does), and aborts the handler once, with "timeout"', async () => {
+    let aborts = 0;
+    let reason: unknown;
+    const slow = defineTask({
+      type: 'ip.slow',
+      timeoutMs: 150,
+      async run(_input, ctx) {
+        await new Promise((_, reject) =>
+          ctx.signal.addEventListener('abort', () => {
+            aborts++;
+            reason = ctx.signal.reason;
+            reject(ctx.signal.reason);
+          }),
+        );
+      },
+    });
+    await withLonghaul([slow], {}, async (lh) => {
+      const requests: { id: string; reason: string }[] = [];
+      lh.bus.on('job:cancel-requested', (e) => requests.push(e));
+      const worker = await lh.startWorker({ concurrency: 1, cancelPollMs: 60_000 });
+      const job = await lh.submit('ip.slow', {});
+      const done = await settled(lh, job.id, 3000);
+      await sleep(100); // room for a second announcement or abort, if there were one
+      assert.equal(done.status, 'cancelled');
+      assert.equal(done.error?.code, 'TIMEOUT');
+      assert.deepEqual(requests, [{ id: job.id, reason: 'timeout' }]);
+      assert.equal(aborts, 1);
+      assert.equal((reason as { kind?: string }).kind, 'timeout');
+      assert.equal(worker.stats.cancelled, 1);
+      assert.deepEqual((await logOf(lh, job.id)).slice(-2), ['running>running:cancel requested: timeout', 'running>cancelled:timeout']);
+    });
+  });
+
   it('stop() hands a running job back at once with its attempt refunded', async () => {
     const started = deferred();
     const stubborn = defineTask({

@@ -10,9 +10,8 @@
  * `deleteJobResults`.
  */
 import type { Readable } from 'node:stream';
-import { FatalError } from '../core/errors.js';
+import { FatalError, LeaseLostError } from '../core/errors.js';
 import { uuidv7 } from '../core/ids.js';
-import { LeaseLostError } from '../worker/abort.js';
 import type { ResultFile, ResultsHandle } from './handles.js';
 import { guessContentType, isMediaType } from './media-type.js';
 import { toReadable } from './meter.js';

@@ -26,6 +26,17 @@ export class RetryableError extends Error {
   }
 }
 
+/**
+ * Thrown to a handler by `ctx.checkpoint.save` and `ctx.results` when the job's lease is gone
+ * (reaped, or finished elsewhere): this attempt's writes are refused.
+ */
+export class LeaseLostError extends Error {
+  constructor(readonly jobId: string) {
+    super(`lease on job ${jobId} was lost; this worker's writes are refused`);
+    this.name = 'LeaseLostError';
+  }
+}
+
 export interface JobError {
   message: string;
   code: string;

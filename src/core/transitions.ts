@@ -165,6 +165,20 @@ export function handBack(job: JobRef, workerId: string, now: number, reason: 'sh
   return { id: job.id, from: 'running', to: 'retrying', lease: job.lease, workerId, at: now, reason, patch: { runAt: now, refundAttempt: true } };
 }
 
+/**
+ * Fails the job in place of an outcome the store refused to record (`refused`, any write of the
+ * lease holder): same compare-and-swap, the job failed with `error` and none of the refused data.
+ */
+export function failRefused(refused: TransitionParams, error: JobError): TransitionParams {
+  const at = refused.at;
+  const reason = 'outcome refused by the store';
+  const workerId = refused.workerId ?? null;
+  const patch: JobPatch = { error, finishedAt: at };
+  return refused.lease === undefined
+    ? { id: refused.id, from: refused.from, to: 'failed', reason, workerId, at, patch }
+    : { id: refused.id, from: refused.from, to: 'failed', lease: refused.lease, reason, workerId, at, patch };
+}
+
 /** A note in a running job's log (no change of state), fenced by the lease. */
 export function runningNote(job: JobRef, workerId: string, now: number, reason: string): TransitionParams {
   return { id: job.id, from: 'running', to: 'running', lease: job.lease, reason, workerId, at: now };

@@ -20,14 +20,6 @@ export class JobAbortedError extends Error {
   }
 }
 
-/** Thrown by `ctx.checkpoint.save` (and similar) when the lease is gone. */
-export class LeaseLostError extends Error {
-  constructor(readonly jobId: string) {
-    super(`lease on job ${jobId} was lost; this worker's writes are refused`);
-    this.name = 'LeaseLostError';
-  }
-}
-
 /**
  * An attempt's abort state. Its AbortSignal is made only when the handler reads `ctx.signal`:
  * an AbortController costs more than a short job (an EventTarget per job, and its garbage),

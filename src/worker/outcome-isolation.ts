@@ -10,7 +10,8 @@ import type { Logger } from 'pino';
 import type { JobError } from '../core/errors.js';
 import { escapeUnstorable } from '../core/storable.js';
 import { isTransientStoreError } from '../core/store-errors.js';
-import type { Store, TransitionParams } from '../store/store.js';
+import { failRefused, type TransitionParams } from '../core/transitions.js';
+import type { JobQueueStore } from '../store/store.js';
 
 export const OUTCOME_REFUSED = 'OUTCOME_REFUSED';
 
@@ -37,20 +38,11 @@ export function refusedOutcomeFallback(p: TransitionParams, err: unknown): Trans
     code: OUTCOME_REFUSED,
     retryable: false,
   };
-  return {
-    id: p.id,
-    from: p.from,
-    to: 'failed',
-    ...(p.lease === undefined ? {} : { lease: p.lease }),
-    reason: 'outcome refused by the store',
-    workerId: p.workerId ?? null,
-    at: p.at,
-    patch: { error, finishedAt: p.at },
-  };
+  return failRefused(p, error);
 }
 
 /** Writes each transition in its own store call; never throws. */
-export async function writeEachAlone(store: Store, items: readonly TransitionParams[], log: Logger): Promise<AloneResult[]> {
+export async function writeEachAlone(store: JobQueueStore, items: readonly TransitionParams[], log: Logger): Promise<AloneResult[]> {
   const out: AloneResult[] = [];
   for (const p of items) {
     let params = p;

@@ -1,0 +1,102 @@
+/**
+ * The attempts a worker holds (claimed, running, or ending), shared by its parts: the claim loop
+ * starts and ends them, lease upkeep heartbeats and aborts them, the handler context writes on
+ * their behalf.
+ */
+import type { JobRecord } from '../core/job.js';
+import type { Task } from '../task-api/define.js';
+import { type AbortKind, AttemptAbort } from './abort.js';
+import type { LongTimer } from './long-timer.js';
+import type { Outcome } from './outcome.js';
+import type { ProgressReporter } from './progress-reporter.js';
+
+export interface Active {
+  job: JobRecord;
+  task: Task;
+  /** Its abort state (`ctx.signal` is made from it on first read). */
+  abortState: AttemptAbort;
+  /** Made on the first progress report: most jobs' contexts never need one. */
+  reporter: ProgressReporter | null;
+  nextHeartbeatAt: number;
+  timeoutTimer: LongTimer | null;
+  /** Set once the job's outcome is queued for writing (or it was handed back). */
+  settled: boolean;
+  /** The outcome to write, once decided. */
+  outcome: Outcome | null;
+  /** Its handler was started (jobs claimed ahead wait in the ready list until a slot frees). */
+  started: boolean;
+  /** performance.now() when this worker got it (for how long it waits for a slot). */
+  claimedAt: number;
+}
+
+export function newActive(job: JobRecord, task: Task, nextHeartbeatAt: number): Active {
+  return {
+    job,
+    task,
+    abortState: new AttemptAbort(),
+    reporter: null,
+    nextHeartbeatAt,
+    timeoutTimer: null,
+    settled: false,
+    outcome: null,
+    started: false,
+    claimedAt: performance.now(),
+  };
+}
+
+function leaseKey(job: JobRecord): string {
+  return `${job.id}#${job.lease}`;
+}
+
+/** The cancel kind a recorded cancel reason stands for. */
+export function cancelKindOf(reason: string | null): 'cancelled' | 'timeout' {
+  return reason === 'timeout' ? 'timeout' : 'cancelled';
+}
+
+export class Attempts {
+  /**
+   * By `leaseKey`: after a lease is lost and the job re-claimed, this worker may run a stale
+   * attempt and a new one of the same job at once; each must keep its own entry.
+   */
+  private readonly byLease = new Map<string, Active>();
+  /** How many entries each job id has (more than one only after a lease was lost). */
+  private readonly countById = new Map<string, number>();
+
+  get size(): number {
+    return this.byLease.size;
+  }
+
+  values(): IterableIterator<Active> {
+    return this.byLease.values();
+  }
+
+  add(active: Active): void {
+    const { job } = active;
+    // Re-claimed while an older attempt of it still runs here: that attempt's lease is gone.
+    // (Looked up by id only when this worker holds another attempt of the job: it may hold
+    // hundreds of jobs claimed ahead, and a scan per claimed job would cost more than the job.)
+    if (this.countById.has(job.id)) {
+      for (const other of this.byLease.values()) if (other.job.id === job.id && other.job.lease < job.lease) other.abortState.abort('lease-lost');
+    }
+    this.byLease.set(leaseKey(job), active);
+    this.countById.set(job.id, (this.countById.get(job.id) ?? 0) + 1);
+  }
+
+  forget(job: JobRecord): void {
+    if (!this.byLease.delete(leaseKey(job))) return;
+    const n = (this.countById.get(job.id) ?? 1) - 1;
+    if (n > 0) this.countById.set(job.id, n);
+    else this.countById.delete(job.id);
+  }
+
+  /** Aborts every attempt of job `id` held here (a cancel request seen in this process). */
+  abortJob(id: string, kind: AbortKind): void {
+    if (!this.countById.has(id)) return;
+    for (const active of this.byLease.values()) if (active.job.id === id) active.abortState.abort(kind);
+  }
+
+  clear(): void {
+    this.byLease.clear();
+    this.countById.clear();
+  }
+}

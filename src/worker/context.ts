@@ -1,0 +1,179 @@
+/**
+ * The `ctx` a handler gets: the job's identity, its abort signal, a logger, progress (coalesced
+ * by a ProgressReporter), its checkpoint, stages, and the job's files. Every store write made on
+ * the handler's behalf is fenced by the attempt's lease and rides out a short outage; one that is
+ * refused because the lease moved on aborts the attempt ('lease-lost').
+ *
+ * Most of it is made on first use (the logger, the reporter, the file handles, the signal): a
+ * short job reads little of its ctx, and the worker makes one per job.
+ */
+import type { Logger } from 'pino';
+import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
+import { NO_RESULTS, NO_UPLOADS } from '../blobs/job-files.js';
+import type { JobBus } from '../channel/bus.js';
+import { FatalError, LeaseLostError } from '../core/errors.js';
+import { checkpointUsable } from '../core/lifecycle.js';
+import { findUnstorableInValue, unstorableMessage } from '../core/storable.js';
+import { runningNote } from '../core/transitions.js';
+import type { JobQueueStore } from '../store/store.js';
+import type { TaskContext } from '../task-api/define.js';
+import { applyTransition } from '../transitions/apply.js';
+import type { Active } from './attempt.js';
+import { ProgressReporter } from './progress-reporter.js';
+import { retryBudgetMs, type StoreWriteRetry, withStoreRetry } from './store-retry.js';
+
+/** Blob storage for `ctx.results` and `ctx.uploads`; without it they throw BLOBS_UNAVAILABLE. */
+export interface WorkerFiles {
+  /**
+   * The attempt's `ctx.results`; `onLeaseLost` is called when a record is refused because the
+   * lease moved on; `retry` runs each store write through a short outage (see store-retry.ts).
+   */
+  results(job: { id: string; lease: number }, onLeaseLost: () => void, retry: StoreWriteRetry): ResultsHandle;
+  uploads(tenant: string): UploadsHandle;
+}
+
+export interface ContextOptions {
+  store: JobQueueStore;
+  bus: JobBus;
+  /** The worker's logger (a job's is its child). */
+  log: Logger;
+  clock: () => number;
+  workerId: string;
+  files: WorkerFiles | undefined;
+  /** Minimum ms between two progress events of one job on the bus. */
+  progressPublishMs: number;
+  /** Minimum ms between two progress writes of one job to the store. */
+  progressPersistMs: number;
+}
+
+/** Makes each attempt's `ctx`. */
+export class HandlerContexts {
+  constructor(private readonly o: ContextOptions) {}
+
+  /** The attempt's ctx (see `needsCheckpointNote` first). */
+  make(active: Active): TaskContext {
+    return this.build(active, true);
+  }
+
+  /** The attempt's progress reporter, made on its first report. */
+  reporterOf(active: Active): ProgressReporter {
+    if (active.reporter) return active.reporter;
+    const { job } = active;
+    const { bus, store, clock } = this.o;
+    active.reporter = new ProgressReporter(
+      job.progress.updatedAt === null ? null : job.progress,
+      { publishMs: this.o.progressPublishMs, persistMs: this.o.progressPersistMs },
+      {
+        publish: (progress) => bus.emit('job:progress', { id: job.id, tenant: job.tenant, progress }),
+        persist: async (progress) => {
+          const ok = await this.retryWrites(active)('progress', () => store.saveProgress({ id: job.id, lease: job.lease, progress, now: clock() }));
+          if (!ok) active.abortState.abort('lease-lost');
+        },
+      },
+      clock,
+    );
+    return active.reporter;
+  }
+
+  /** A saved checkpoint this attempt cannot use: unreadable, or from another checkpointVersion. */
+  needsCheckpointNote(active: Active): boolean {
+    const usable = checkpointUsable(active.job.checkpoint, active.task.checkpointVersion);
+    return usable === 'version-mismatch' || (usable === 'usable' && active.job.checkpoint?.corrupt === true);
+  }
+
+  /** Notes in the job's log why its checkpoint is ignored, then makes a ctx that starts over. */
+  async makeAfterNote(active: Active): Promise<TaskContext> {
+    const { job, task } = active;
+    const why = job.checkpoint?.corrupt
+      ? 'checkpoint unreadable; starting over'
+      : `checkpoint version ${job.checkpoint?.version} does not match task version ${task.checkpointVersion}; starting over`;
+    await this.retryWrites(active)('log note', () => applyTransition(this.o.store, this.o.bus, job, runningNote(job, this.o.workerId, this.o.clock(), why)));
+    return this.build(active, false);
+  }
+
+  private build(active: Active, useCheckpoint: boolean): TaskContext {
+    const { job, task, abortState } = active;
+    const { store, clock, files } = this.o;
+    let checkpointValue: unknown =
+      useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
+    let log: Logger | undefined;
+    let results: ResultsHandle | undefined;
+    let uploads: UploadsHandle | undefined;
+    const parentLog = this.o.log;
+    const resultsHandle = (f: WorkerFiles) =>
+      f.results(
+        { id: job.id, lease: job.lease },
+        () => abortState.abort('lease-lost'),
+        this.retryWrites(active),
+      );
+    return {
+      job: {
+        id: job.id,
+        type: job.type,
+        tenant: job.tenant,
+        metadata: job.metadata,
+        get createdAt() {
+          return new Date(job.createdAt).toISOString();
+        },
+        maxAttempts: job.maxAttempts,
+      },
+      attempt: job.attempts,
+      get signal() {
+        return abortState.signal;
+      },
+      // A child logger per job costs more than a no-op job: make it on first use.
+      get log() {
+        log ??= parentLog.child({ jobId: job.id, type: job.type, attempt: job.attempts });
+        return log;
+      },
+      progress: (update) => this.reporterOf(active).update(update),
+      checkpoint: {
+        get value() {
+          return checkpointValue;
+        },
+        save: async (data: unknown) => {
+          // The user's data: refused (the handler sees why), never changed, when no store could keep it.
+          const at = findUnstorableInValue(data, 'checkpoint');
+          if (at) throw new FatalError(unstorableMessage(at), { code: 'UNSTORABLE_CHECKPOINT' });
+          const ok = await this.retryWrites(active)('checkpoint', () =>
+            store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: clock() }),
+          );
+          if (!ok) {
+            abortState.abort('lease-lost');
+            throw new LeaseLostError(job.id);
+          }
+          checkpointValue = data;
+        },
+      },
+      stage: async (name, fn) => {
+        this.reporterOf(active).update({ stage: name });
+        return await fn();
+      },
+      // Made on first use, fenced by this attempt's lease: a refused record aborts the attempt.
+      get results() {
+        results ??= files ? resultsHandle(files) : NO_RESULTS;
+        return results;
+      },
+      get uploads() {
+        uploads ??= files ? files.uploads(job.tenant) : NO_UPLOADS;
+        return uploads;
+      },
+    };
+  }
+
+  /**
+   * Runs a store write made on the handler's behalf through a short outage: passing errors are
+   * retried, logged, within half the job's heartbeat timeout, until the lease is known lost.
+   */
+  private retryWrites(active: Active): StoreWriteRetry {
+    const { job, abortState } = active;
+    return (what, write) =>
+      withStoreRetry(write, {
+        what,
+        log: this.o.log,
+        fields: { jobId: job.id, type: job.type, attempt: job.attempts, tenant: job.tenant },
+        budgetMs: retryBudgetMs(job.heartbeatTimeoutMs),
+        stopped: () => abortState.kind === 'lease-lost',
+      });
+  }
+}

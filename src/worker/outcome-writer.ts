@@ -1,0 +1,91 @@
+/**
+ * What becomes of written outcomes: each applied one moves its counter and is announced
+ * (`announce`: the store applied it within a larger call), each refused one (the lease moved
+ * on) is counted and logged, and either way the attempt is forgotten. A batch the store refused
+ * as a whole is written job by job (outcome-isolation.ts).
+ */
+import type { Logger } from 'pino';
+import type { JobBus } from '../channel/bus.js';
+import type { TransitionParams } from '../core/transitions.js';
+import { isTransientStoreError } from '../core/store-errors.js';
+import type { JobQueueStore } from '../store/store.js';
+import { announce } from '../transitions/apply.js';
+import type { Active, Attempts } from './attempt.js';
+import { writeEachAlone } from './outcome-isolation.js';
+import { type Outcome, refusedOutcome } from './outcome.js';
+import type { WorkerStats } from './runtime.js';
+
+/** The write of a settled attempt. */
+export function writeOf(a: Active): TransitionParams {
+  return (a.outcome as Outcome).write;
+}
+
+export interface OutcomeWriterOptions {
+  store: JobQueueStore;
+  bus: JobBus;
+  log: Logger;
+  attempts: Attempts;
+  stats: WorkerStats;
+}
+
+export class OutcomeWriter {
+  constructor(private readonly o: OutcomeWriterOptions) {}
+
+  /** After a store call wrote `batch`: `applied[i]` says whether the i-th write applied. */
+  written(batch: Active[], applied: boolean[]): void {
+    const { stats, bus, log, attempts } = this.o;
+    for (let i = 0; i < batch.length; i++) {
+      const a = batch[i] as Active;
+      const outcome = a.outcome as Outcome;
+      attempts.forget(a.job);
+      if (applied[i]) {
+        stats[outcome.stat]++;
+        announce(bus, a.job, outcome.write);
+      } else {
+        stats.refused++;
+        log.warn({ jobId: a.job.id, to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');
+      }
+    }
+  }
+
+  /**
+   * Writes each outcome in a store call of its own (see outcome-isolation.ts); returns those to
+   * write again later (a passing store error).
+   */
+  async writeAlone(batch: Active[]): Promise<Active[]> {
+    const results = await writeEachAlone(this.o.store, batch.map(writeOf), this.o.log);
+    const done: Active[] = [];
+    const applied: boolean[] = [];
+    const again: Active[] = [];
+    results.forEach((r, i) => {
+      const a = batch[i] as Active;
+      if (r.kind === 'dropped') {
+        this.o.attempts.forget(a.job);
+        return;
+      }
+      if (r.params !== writeOf(a)) a.outcome = refusedOutcome(r.params);
+      if (r.kind === 'again') again.push(a);
+      else {
+        done.push(a);
+        applied.push(r.applied);
+      }
+    });
+    this.written(done, applied);
+    return again;
+  }
+
+  /** Writes a batch without a claim (shutdown); a refused batch is written job by job. */
+  async flush(batch: Active[]): Promise<void> {
+    let applied: boolean[];
+    try {
+      applied = await this.o.store.transition({ items: batch.map(writeOf) });
+    } catch (err) {
+      if (isTransientStoreError(err)) throw err;
+      this.o.log.error({ err, outcomes: batch.length }, 'the store refused the last outcomes; writing each alone');
+      const again = await this.writeAlone(batch);
+      if (again.length > 0) throw new Error(`could not write the outcomes of ${again.length} job(s) at shutdown: the store is unreachable`);
+      return;
+    }
+    this.written(batch, applied);
+  }
+}
