@@ -6,7 +6,7 @@
  * object with the same keys before it and a `"\\"` key at that place (the engine reuses the
  * earlier object's layout for the key; nodejs/node#63785). Nothing reports it: a job's metadata
  * `{"\u0001": true}` read back from the store simply holds `{"\\": true}`, and the next write
- * stores the corruption. Longhaul's model-based test found it (test/property.test.ts).
+ * stores the corruption. Longhaul's model-based test found it (test/contract/store-model.test.ts).
  *
  * Only such keys are misread; a text holding no key of that form is parsed by JSON.parse. A
  * text that may hold one (the test can also match inside a string value: that only costs time)

@@ -11,7 +11,7 @@
  * 5.7 µs for the `json_object` form.
  *
  * Its output must parse to exactly what `JSON.stringify(toSnapshot(job))` gives;
- * test/snapshot-json.test.ts checks that over every state and shape of job. Two cases are left
+ * test/integration/snapshot-json.test.ts checks that over every state and shape of job. Two cases are left
  * to the general path, flagged by `fast = 0`: jobs with result files (their signed URLs are
  * made in JavaScript; files exist only once an attempt ran), and dates `strftime` does not
  * write as `toISOString` does (before 1970, after 9999).
