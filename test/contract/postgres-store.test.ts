@@ -15,7 +15,7 @@ import pino from 'pino';
 import { Webhook } from 'standardwebhooks';
 import type { JobRecord } from '../../src/core/job.js';
 import { EMPTY_PROGRESS } from '../../src/core/progress.js';
-import { defineTask, InvalidOptionsError, isTerminal, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../../src/index.js';
+import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../../src/index.js';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
@@ -28,6 +28,7 @@ import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
+import { settled } from '../support/jobs.js';
 
 const db: TestDatabase = await createTestDatabase('lh_pgstore');
 let schemas = 0;
@@ -80,17 +81,6 @@ function spawnFixture(script: string, args: string[], env: Record<string, string
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   return new WorkerChild(proc, label);
-}
-
-async function settled(lh: Longhaul, id: string, timeoutMs = 10_000): Promise<JobSnapshot> {
-  return waitFor(
-    async () => {
-      const s = await lh.get(id);
-      return s && isTerminal(s.status) ? s : undefined;
-    },
-    `job ${id} to finish`,
-    timeoutMs,
-  );
 }
 
 after(async () => {
@@ -484,7 +474,7 @@ describe('Longhaul on PostgreSQL', () => {
         } finally {
           client.release();
         }
-        const done = await settled(lh, committed.id);
+        const done = await settled(lh, committed.id, 10_000);
         assert.equal(done.status, 'succeeded');
         assert.deepEqual(done.result, { doubled: 42 });
         assert.equal((await lh.list({ type: 'pg.quick' })).items.length, 2);
@@ -560,7 +550,7 @@ describe('Longhaul on PostgreSQL', () => {
       }
       // Work submitted after the storm is picked up too.
       const late = await lh.submit('pg.quick', { n: 2 });
-      assert.equal((await settled(lh, late.id)).status, 'succeeded');
+      assert.equal((await settled(lh, late.id, 10_000)).status, 'succeeded');
       assert.ok(worker.stats.succeeded >= 31);
     });
   });
@@ -582,7 +572,7 @@ describe('Longhaul on PostgreSQL', () => {
           lh.register(writer);
           await lh.startWorker({ concurrency: 2, pollIntervalMs: 20 });
           const job = await lh.submit('pg.writer', null, { webhook: { url: rx.url } });
-          const done = await settled(lh, job.id);
+          const done = await settled(lh, job.id, 10_000);
           assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
           assert.deepEqual(
             done.results.map((r) => [r.name, r.size]),

@@ -17,6 +17,7 @@ import { JobStateConflictError, type JobSnapshot, Longhaul, type OpenOptions } f
 import { type EffectRow, openEffects, readEffects, readGauge, release } from '../fixtures/effects.js';
 import { killAllChildren, type SpawnOptions, spawnWorker, tempDir, type WorkerChild, waitFor } from '../fixtures/process-harness.js';
 import fixtureTasks from '../fixtures/worker-tasks.js';
+import { logOf, settled } from '../support/jobs.js';
 
 interface Env {
   db: string;
@@ -70,21 +71,6 @@ async function withEnv(name: string, options: Partial<OpenOptions>, fn: (env: En
   }
 }
 
-async function settled(lh: Longhaul, id: string, timeoutMs = 10_000): Promise<JobSnapshot> {
-  return waitFor(
-    async () => {
-      const s = await lh.get(id);
-      return s && ['succeeded', 'failed', 'cancelled', 'expired'].includes(s.status) ? s : undefined;
-    },
-    `job ${id} to finish`,
-    timeoutMs,
-  );
-}
-
-async function logOf(lh: Longhaul, id: string): Promise<string[]> {
-  return (await lh.transitions(id)).map((t) => `${t.from}>${t.to}:${t.reason}`);
-}
-
 function count<T>(items: readonly T[], pred: (t: T) => boolean): number {
   return items.filter(pred).length;
 }
@@ -99,7 +85,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       const job = await lh.submit('t.ok', { x: 21, steps: 4, stepMs: 30 });
       assert.equal(job.status, 'queued');
       const w = await spawn();
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'succeeded');
       assert.deepEqual(done.result, { doubled: 42, pid: w.pid });
       assert.equal(done.attempts, 1);
@@ -133,7 +119,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
     await withEnv('retry', {}, async ({ lh, spawn, effectsOf }) => {
       const job = await lh.submit('t.flaky', { failTimes: 2 });
       await spawn();
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
       assert.equal(done.attempts, 3);
       assert.deepEqual(done.result, { attempt: 3 });
@@ -167,7 +153,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       const job = await lh.submit('t.fatal', {});
       assert.equal(job.maxAttempts, 5);
       await spawn();
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'failed');
       assert.equal(done.attempts, 1);
       assert.deepEqual(done.error, { message: 'the input can never work', code: 'BAD_INPUT', retryable: false });
@@ -181,7 +167,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       const job = await lh.submit('t.failRuns', { failRuns: 99 });
       assert.equal(job.maxAttempts, 2);
       await spawn();
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'failed');
       assert.equal(done.attempts, 2);
       assert.match(done.error?.message ?? '', /still broken.*attempts exhausted: 2\/2/);
@@ -200,7 +186,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
     await withEnv('timeout-honour', {}, async ({ lh, spawn, effectsOf }) => {
       const job = await lh.submit('t.timeoutHonour', {});
       await spawn();
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'cancelled');
       assert.equal(done.error?.code, 'TIMEOUT');
       assert.equal(done.error?.retryable, false);
@@ -230,7 +216,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
     await withEnv('timeout-ignore', {}, async ({ lh, spawn, effectsOf }) => {
       const job = await lh.submit('t.timeoutIgnore', { ms: 2500 });
       const w = await spawn({ env: { LONGHAUL_CANCEL_DRAIN_MS: '400' } });
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'cancelled');
       assert.equal(done.error?.code, 'TIMEOUT');
       assert.match(done.error?.message ?? '', /ignored cancellation/);
@@ -271,7 +257,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       // Start a worker and prove it is working before checking the cancelled job was left alone.
       await spawn();
       const marker = await lh.submit('t.ok', { x: 1 });
-      assert.equal((await settled(lh, marker.id)).status, 'succeeded');
+      assert.equal((await settled(lh, marker.id, 10_000)).status, 'succeeded');
       const later = await lh.get(job.id);
       assert.equal(later?.status, 'cancelled');
       assert.equal(later?.attempts, 0);
@@ -289,7 +275,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       assert.equal(requested.status, 'running');
       assert.equal(requested.cancelRequested, true);
       const t0 = Date.now();
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.ok(Date.now() - t0 < 3000, 'the handler heard the cancel promptly');
       assert.equal(done.status, 'cancelled');
       assert.deepEqual(done.error, { message: 'cancelled', code: 'CANCELLED', retryable: false });
@@ -309,7 +295,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
     await withEnv('cancel-terminal', {}, async ({ lh, spawn }) => {
       const job = await lh.submit('t.ok', { x: 2 });
       await spawn();
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'succeeded');
       await assert.rejects(lh.cancel(job.id), (err: unknown) => {
         assert.ok(err instanceof JobStateConflictError);
@@ -332,7 +318,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
     await withEnv('manual-retry', {}, async ({ lh, spawn, effectsOf }) => {
       const job = await lh.submit('t.failRuns', { failRuns: 2 });
       await spawn();
-      const failed = await settled(lh, job.id);
+      const failed = await settled(lh, job.id, 10_000);
       assert.equal(failed.status, 'failed');
       assert.equal(failed.attempts, 2);
       await assert.rejects(lh.retry((await lh.submit('t.ok', { x: 0 }, { delayMs: 60_000 })).id), JobStateConflictError, 'only failed or cancelled jobs');
@@ -341,7 +327,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       assert.equal(requeued.attempts, 0);
       assert.equal(requeued.error, null);
       assert.equal(requeued.finishedAt, null);
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
       assert.equal(done.attempts, 1, 'a fresh budget: the retry is attempt 1 again');
       assert.deepEqual(done.result, { runs: 3, attempt: 1 });
@@ -556,7 +542,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
     await withEnv('cp-version', {}, async ({ lh, spawn, effectsOf }) => {
       const job = await lh.submit('t.versioned', { failFirst: true });
       const v1 = await spawn({ label: 'v1', env: { LH_CP_VERSION: '1' } });
-      const failed = await settled(lh, job.id);
+      const failed = await settled(lh, job.id, 10_000);
       assert.equal(failed.status, 'failed');
       const record = await lh.store.getJob({ id: job.id });
       assert.deepEqual(record?.checkpoint, { version: 1, data: { savedBy: 1, step: 7 } });
@@ -565,7 +551,7 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
 
       await spawn({ label: 'v2', env: { LH_CP_VERSION: '2' } });
       await lh.retry(job.id);
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 10_000);
       assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
       assert.deepEqual(done.result, { version: 2, checkpoint: { savedBy: 2, step: 7 } });
       const runs = effectsOf(job.id).map((e) => e.data);

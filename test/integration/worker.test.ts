@@ -14,6 +14,7 @@ import pino from 'pino';
 import { defineTask, type JobSnapshot, Longhaul, type OpenOptions, type Task } from '../../src/index.js';
 import type { Store } from '../../src/store/store.js';
 import { tempDir, waitFor } from '../fixtures/process-harness.js';
+import { logOf, settled } from '../support/jobs.js';
 
 async function withLonghaul(tasks: Task[], options: Partial<OpenOptions>, fn: (lh: Longhaul) => Promise<void>): Promise<void> {
   const tmp = tempDir('lh-wi-');
@@ -33,21 +34,6 @@ async function withLonghaul(tasks: Task[], options: Partial<OpenOptions>, fn: (l
     await lh.close({ drainMs: 0 });
     tmp.remove();
   }
-}
-
-async function settled(lh: Longhaul, id: string, timeoutMs = 5000): Promise<JobSnapshot> {
-  return waitFor(
-    async () => {
-      const s = await lh.get(id);
-      return s && ['succeeded', 'failed', 'cancelled', 'expired'].includes(s.status) ? s : undefined;
-    },
-    `job ${id} to finish`,
-    timeoutMs,
-  );
-}
-
-async function logOf(lh: Longhaul, id: string): Promise<string[]> {
-  return (await lh.transitions(id)).map((t) => `${t.from}>${t.to}:${t.reason}`);
 }
 
 function deferred(): { promise: Promise<void>; resolve: () => void } {
@@ -101,7 +87,7 @@ describe('worker runtime, in process', () => {
       await waitFor(() => runs.length === 2, 'attempt 2 to start in the same worker');
       gate.resolve();
       await waitFor(() => worker.stats.refused === 1, "attempt 1's outcome to be refused");
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 5000);
       assert.equal(done.status, 'succeeded', `${JSON.stringify(done.error)}\n${(await logOf(lh, job.id)).join('\n')}`);
       assert.deepEqual(done.result, { attempt: 2 });
       assert.equal(done.attempts, 2, 'attempt 2 kept heartbeating and was not reaped');
@@ -383,7 +369,7 @@ describe('worker runtime, edge cases', () => {
     await withLonghaul([slow], {}, async (lh) => {
       const worker = await lh.startWorker({ concurrency: 2 });
       const job = await lh.submit('ip.long-timeout', {});
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 5000);
       assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
       assert.deepEqual(done.result, { aborted: false });
 
@@ -420,7 +406,7 @@ describe('worker runtime, edge cases', () => {
       holder.on('message', (m) => messages.push(m));
       await waitFor(() => messages.includes('locked'), 'the other connection to take the lock');
       await lh.startWorker({ concurrency: 1, sweeper: false });
-      const done = await settled(lh, job.id);
+      const done = await settled(lh, job.id, 5000);
       await exited;
       const releasedAt = messages.find((m) => typeof m === 'number') as number;
       assert.equal(done.status, 'succeeded');
@@ -512,7 +498,7 @@ describe('worker runtime, edge cases', () => {
         return original(params);
       };
       const worker = await lh.startWorker({ concurrency: 4, pollIntervalMs: 10 });
-      for (const j of freeJobs) assert.equal((await settled(lh, j.id)).status, 'succeeded');
+      for (const j of freeJobs) assert.equal((await settled(lh, j.id, 5000)).status, 'succeeded');
       const counts = (await lh.stats()).counts;
       assert.equal(counts.running, 1, 'one job of the limited type runs');
       assert.equal(counts.queued, 2, 'the other two wait for it');
@@ -521,7 +507,7 @@ describe('worker runtime, edge cases', () => {
       await sleep(500);
       assert.ok(calls - before <= 3, `${calls - before} claim attempts in 500 ms while nothing could be claimed`);
       gate.resolve();
-      for (const j of limitedJobs) assert.equal((await settled(lh, j.id)).status, 'succeeded');
+      for (const j of limitedJobs) assert.equal((await settled(lh, j.id, 5000)).status, 'succeeded');
       assert.equal(limitedPeak, 1);
       assert.equal(worker.stats.succeeded, 9);
     });
