@@ -2,6 +2,7 @@
 import type { JobError } from './errors.js';
 import type { Progress } from './progress.js';
 import type { JobState } from './states.js';
+import type { JobWait, WorkflowState } from './workflow.js';
 
 export const PRIORITIES = ['critical', 'high', 'normal', 'low'] as const;
 export type Priority = (typeof PRIORITIES)[number];
@@ -57,6 +58,12 @@ export interface JobRecord {
   checkpoint: Checkpoint | null;
   idempotencyKey: string | null;
   progress: Progress;
+  /** The workflow journal (waits reached, stage outputs, saga steps); null until the handler first waits or completes a stage. */
+  workflow: WorkflowState | null;
+  /** What the job waits for while `waiting` (null otherwise). */
+  wait: JobWait | null;
+  /** Children spawned by this job so far (ctx.spawn). */
+  childrenTotal: number;
 }
 
 /** One entry of a job's transition log. `from === to` marks an annotation (e.g. cancel requested). */

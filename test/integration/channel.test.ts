@@ -99,6 +99,9 @@ function jobRecord(id: string, extra: Partial<JobRecord> = {}): JobRecord {
     checkpoint: null,
     idempotencyKey: null,
     progress: EMPTY_PROGRESS,
+    workflow: null,
+    wait: null,
+    childrenTotal: 0,
     ...extra,
   };
 }

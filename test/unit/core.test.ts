@@ -661,6 +661,9 @@ function record(overrides: Partial<JobRecord> = {}): JobRecord {
     checkpoint: null,
     idempotencyKey: null,
     progress: { ...EMPTY_PROGRESS, percent: 40 },
+    workflow: null,
+    wait: null,
+    childrenTotal: 0,
     ...overrides,
   };
 }
