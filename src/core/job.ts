@@ -76,6 +76,12 @@ export interface TransitionEntry {
   workerId: string | null;
 }
 
+/** A parent's children: how many in all, and by state (every state present). */
+export interface ChildrenCounts {
+  total: number;
+  byState: Record<JobState, number>;
+}
+
 /** A result file as a snapshot lists it: `url` is a signed, expiring download URL. */
 export interface ResultFileLink {
   name: string;
@@ -111,6 +117,10 @@ export interface JobSnapshot {
   cancelRequested: boolean;
   stalled: boolean;
   parentId: string | null;
+  /** While `waiting`: what the job waits for (its children, a time, or a signal); null otherwise. */
+  waitingFor: JobWait | null;
+  /** A job that spawned children: how many, and how many are in each state; null for others. */
+  children: ChildrenCounts | null;
   createdAt: string;
   startedAt: string | null;
   finishedAt: string | null;
@@ -159,6 +169,9 @@ export function toSnapshot(job: JobRecord, basePath = '/v1/jobs'): JobSnapshot {
     cancelRequested: job.cancelRequested,
     stalled: job.stalled,
     parentId: job.parentId,
+    waitingFor: job.state === 'waiting' ? job.wait : null,
+    // Counted by the reader (facade/reads.ts) for a job with children: not part of the job record.
+    children: null,
     createdAt: iso(job.createdAt) as string,
     startedAt: iso(job.startedAt),
     finishedAt: iso(job.finishedAt),

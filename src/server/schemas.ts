@@ -60,6 +60,19 @@ export const snapshotSchema = {
     cancelRequested: { type: 'boolean' },
     stalled: { type: 'boolean' },
     parentId: nullableString,
+    waitingFor: {
+      type: ['object', 'null'],
+      description: "while waiting: what the job waits for (its children, a time, or a signal by name); null otherwise",
+      properties: { kind: { type: 'string', enum: ['children', 'sleep', 'signal'] }, name: nullableString, failFast: { type: 'boolean' } },
+    },
+    children: {
+      type: ['object', 'null'],
+      description: 'for a job that spawned children: how many, and how many in each state',
+      properties: {
+        total: { type: 'integer' },
+        byState: { type: 'object', properties: Object.fromEntries(JOB_STATES.map((s) => [s, { type: 'integer' }])) },
+      },
+    },
     createdAt: { type: 'string', format: 'date-time' },
     startedAt: nullableTime,
     finishedAt: nullableTime,

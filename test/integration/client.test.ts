@@ -263,6 +263,8 @@ function snap(id: string, status: JobState, seq: number, extra: Partial<JobSnaps
     cancelRequested: false,
     stalled: false,
     parentId: null,
+    waitingFor: null,
+    children: null,
     createdAt: new Date(T0).toISOString(),
     startedAt: null,
     finishedAt: isTerminal(status) ? at : null,
