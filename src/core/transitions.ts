@@ -53,11 +53,11 @@ export interface TransitionParams {
 /** What a builder needs to know of a job. */
 export type JobRef = Pick<JobRecord, 'id' | 'state' | 'lease'>;
 /** What a job's announcements name. */
-export type JobIdentity = Pick<JobRecord, 'id' | 'tenant' | 'type'>;
+export type JobIdentity = Pick<JobRecord, 'id' | 'tenant' | 'type'> & { parentId?: string | null };
 
 /** The announcements of an applied write. */
 export type TransitionEvent =
-  | { name: 'job:changed'; data: { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string } }
+  | { name: 'job:changed'; data: { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string; parentId?: string } }
   | { name: 'job:cancel-requested'; data: { id: string; reason: string } };
 
 /** Why a cancel was asked for. */
@@ -267,10 +267,9 @@ export function expireResult(job: Pick<JobRecord, 'id'>, now: number): Transitio
 
 /** The announcements of `write` once it applied: a change, and a cancel request when it records one. */
 export function eventsOf(job: JobIdentity, write: TransitionParams): TransitionEvent[] {
-  const changed: TransitionEvent = {
-    name: 'job:changed',
-    data: { id: job.id, tenant: job.tenant, type: job.type, from: write.from, to: write.to, reason: write.reason },
-  };
+  const data = { id: job.id, tenant: job.tenant, type: job.type, from: write.from, to: write.to, reason: write.reason };
+  // A child's changes name its parent, for the parent's fan-in (workflow/parents.ts).
+  const changed: TransitionEvent = { name: 'job:changed', data: job.parentId ? { ...data, parentId: job.parentId } : data };
   const request = write.patch?.cancelRequest;
   if (!request) return [changed];
   return [changed, { name: 'job:cancel-requested', data: { id: job.id, reason: request.reason } }];
