@@ -5,6 +5,8 @@
  */
 import type { Checkpoint } from '../core/job.js';
 import { parseJson as parseJsonText } from '../core/json-text.js';
+import type { JobState } from '../core/states.js';
+import type { JobWait } from '../core/workflow.js';
 
 /** The job-row columns, in reading order. */
 export const JOB_COLUMNS = [
@@ -39,6 +41,11 @@ export const JOB_COLUMNS = [
   'result_ttl_ms',
   'checkpoint',
   'idempotency_key',
+  'workflow',
+  'wait_kind',
+  'wait_name',
+  'wait_fail_fast',
+  'children_total',
 ] as const;
 
 /** A JSON column's value, or `fallback` when it is NULL. */
@@ -56,4 +63,13 @@ export function parseCheckpoint(text: unknown): Checkpoint | null {
   } catch {
     return { version: Number.NaN, data: null, corrupt: true };
   }
+}
+
+/**
+ * What a job waits for, from its wait columns. Transitions out of `waiting` leave the columns as
+ * they were (they are rewritten by the next suspend), so they mean something only while waiting.
+ */
+export function readWait(state: JobState, kind: unknown, name: unknown, failFast: unknown): JobWait | null {
+  if (state !== 'waiting' || typeof kind !== 'string') return null;
+  return { kind: kind as JobWait['kind'], name: typeof name === 'string' ? name : null, failFast: failFast === true || failFast === 1 };
 }

@@ -1,5 +1,5 @@
 /**
- * SqliteStore: the shared store contract, all three parts, on a fresh temp file per test,
+ * SqliteStore: the shared store contract, all four parts, on a fresh temp file per test,
  * plus what only SQLite has (corrupt checkpoint bytes, data_version polling across
  * connections, the schema version table).
  */
@@ -10,11 +10,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
+import { OPEN_CHILD_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
 import { PENDING_WEBHOOKS_SQL, SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import { newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
+import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
 
@@ -37,6 +39,7 @@ async function openStore(path = tempPath()): Promise<SqliteStore> {
 runJobQueueContract('sqlite (file)', () => openStore());
 runResultFileContract('sqlite (file)', () => openStore());
 runWebhookOutboxContract('sqlite (file)', () => openStore());
+runWorkflowContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];
@@ -169,5 +172,16 @@ describe('SqliteStore specifics', () => {
     const plan = (s.db.prepare(`EXPLAIN QUERY PLAN ${PENDING_WEBHOOKS_SQL}`).all(100) as { detail: string }[]).map((r) => r.detail);
     const outer = plan.find((d) => /^(SCAN|SEARCH) /.test(d));
     assert.match(outer ?? '', /^(SCAN|SEARCH) w\b/, plan.join(' | '));
+  });
+  it('workflow reads are index probes: an open child of a parent, stranded parents, due waiting jobs', async () => {
+    const s = await track(openStore());
+    const plan = (sql: string, ...args: (string | number)[]) =>
+      (s.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map((r) => r.detail).join(' | ');
+    assert.match(plan(OPEN_CHILD_SQL, 'p'), /USING (COVERING )?INDEX jobs_open_children/);
+    const stranded = plan(STRANDED_PARENTS_SQL, 10);
+    assert.match(stranded, /USING (COVERING )?INDEX jobs_waiting_parents/, stranded);
+    assert.match(stranded, /USING (COVERING )?INDEX jobs_open_children/, stranded);
+    assert.match(stranded, /USING (COVERING )?INDEX jobs_failed_children/, stranded);
+    assert.match(plan("SELECT id FROM jobs WHERE state IN ('pending', 'retrying', 'waiting') AND run_at <= ? ORDER BY run_at LIMIT 10", 0), /INDEX jobs_due/);
   });
 });

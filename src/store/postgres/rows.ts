@@ -8,10 +8,11 @@ import type { JobError } from '../../core/errors.js';
 import { type JobRecord, priorityName, type TransitionEntry } from '../../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
-import { JOB_COLUMNS, parseCheckpoint, parseJson } from '../job-row.js';
+import type { WorkflowState } from '../../core/workflow.js';
+import { JOB_COLUMNS, parseCheckpoint, parseJson, readWait } from '../job-row.js';
 
 const COLUMNS = JOB_COLUMNS;
-const JSON_COLUMNS = new Set(['input', 'metadata', 'result', 'error', 'checkpoint']);
+const JSON_COLUMNS = new Set(['input', 'metadata', 'result', 'error', 'checkpoint', 'workflow']);
 const C = Object.fromEntries(COLUMNS.map((c, i) => [c, i])) as Record<(typeof COLUMNS)[number], number>;
 const PROGRESS = COLUMNS.length;
 
@@ -65,6 +66,9 @@ export function rowToJob(r: unknown[], at = 0): JobRecord {
     checkpoint: parseCheckpoint(v(C.checkpoint)),
     idempotencyKey: str(v(C.idempotency_key)),
     progress: parseJson<Progress>(v(PROGRESS), EMPTY_PROGRESS),
+    workflow: parseJson<WorkflowState | null>(v(C.workflow), null),
+    wait: readWait(v(C.state) as JobState, v(C.wait_kind), v(C.wait_name), v(C.wait_fail_fast)),
+    childrenTotal: Number(v(C.children_total)),
   };
 }
 

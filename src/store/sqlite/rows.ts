@@ -9,9 +9,11 @@ import type { JobError } from '../../core/errors.js';
 import { type JobRecord, priorityName, priorityRank } from '../../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
-import { JOB_COLUMNS, parseCheckpoint, parseJson } from '../job-row.js';
+import type { WorkflowState } from '../../core/workflow.js';
+import { JOB_COLUMNS, parseCheckpoint, parseJson, readWait } from '../job-row.js';
 
 const COLUMNS = JOB_COLUMNS;
+const PROGRESS = COLUMNS.length;
 
 /**
  * The SQL expression for one job row as a JSON array, over the table or alias `t` (`j` in a
@@ -56,7 +58,10 @@ export function jobFromJson(text: string): JobRecord {
     resultTtlMs: r[28] as number,
     checkpoint: parseCheckpoint(r[29]),
     idempotencyKey: r[30] as string | null,
-    progress: parseJson<Progress>(r[31], EMPTY_PROGRESS),
+    progress: parseJson<Progress>(r[PROGRESS], EMPTY_PROGRESS),
+    workflow: parseJson<WorkflowState | null>(r[31], null),
+    wait: readWait(r[3] as JobState, r[32], r[33], r[34]),
+    childrenTotal: r[35] as number,
   };
 }
 

@@ -93,4 +93,37 @@ export const MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX webhook_deliveries_job ON webhook_deliveries (job_id, seq);
   `,
+  // 3: workflows: the journal, what a waiting job waits for, children, signals
+  `
+  ALTER TABLE jobs ADD COLUMN workflow TEXT;
+  ALTER TABLE jobs ADD COLUMN wait_kind TEXT;
+  ALTER TABLE jobs ADD COLUMN wait_name TEXT;
+  ALTER TABLE jobs ADD COLUMN wait_key TEXT;
+  ALTER TABLE jobs ADD COLUMN wait_fail_fast INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE jobs ADD COLUMN children_total INTEGER NOT NULL DEFAULT 0;
+  -- Waiting jobs come due like pending and retrying ones (a sleep, a signal's timeout); a wait
+  -- with no time limit has run_at = NEVER and never does.
+  DROP INDEX jobs_due;
+  CREATE INDEX jobs_due ON jobs (run_at) WHERE state IN ('pending', 'retrying', 'waiting');
+  -- A parent's children, in id order (listing, counting).
+  CREATE INDEX jobs_children ON jobs (parent_id, id) WHERE parent_id IS NOT NULL;
+  -- Open children only: "does this parent still have an open child" is one probe, however many
+  -- children it has and however many of them ended.
+  CREATE INDEX jobs_open_children ON jobs (parent_id) WHERE parent_id IS NOT NULL AND state IN ('pending', 'queued', 'running', 'retrying', 'waiting');
+  -- Children that failed or were cancelled (a failFast parent's backstop check), few by nature.
+  CREATE INDEX jobs_failed_children ON jobs (parent_id) WHERE parent_id IS NOT NULL AND state IN ('failed', 'cancelled');
+  -- Parents waiting for their children (the sweeper's backstop walks only these).
+  CREATE INDEX jobs_waiting_parents ON jobs (id) WHERE state = 'waiting' AND wait_kind = 'children';
+  CREATE TABLE job_signals (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    payload TEXT,
+    sent_at INTEGER NOT NULL,
+    consumed_by TEXT
+  );
+  -- The oldest unconsumed signal of (job, name), and the signal a wait consumed.
+  CREATE INDEX job_signals_unconsumed ON job_signals (job_id, name, seq) WHERE consumed_by IS NULL;
+  CREATE INDEX job_signals_consumed ON job_signals (job_id, consumed_by) WHERE consumed_by IS NOT NULL;
+  `,
 ];

@@ -11,10 +11,11 @@
  * 5.7 µs for the `json_object` form.
  *
  * Its output must parse to exactly what `JSON.stringify(toSnapshot(job))` gives;
- * test/integration/snapshot-json.test.ts checks that over every state and shape of job. Two cases are left
- * to the general path, flagged by `fast = 0`: jobs with result files (their signed URLs are
- * made in JavaScript; files exist only once an attempt ran), and dates `strftime` does not
- * write as `toISOString` does (before 1970, after 9999).
+ * test/integration/snapshot-json.test.ts checks that over every state and shape of job. Three cases
+ * are left to the general path, flagged by `fast = 0`: jobs with result files (their signed URLs
+ * are made in JavaScript; files exist only once an attempt ran), jobs with children (the reader
+ * counts them by state), and dates `strftime` does not write as `toISOString` does (before 1970,
+ * after 9999; a wait with no time limit has its runAt there).
  */
 import { ERROR_STATES, PRIORITIES } from '../../core/job.js';
 import { EMPTY_PROGRESS } from '../../core/progress.js';
@@ -66,6 +67,14 @@ const FIELDS: [string, string][] = [
   ['stalled', bool('j.stalled')],
   // Any string can be given as a parent id (library option): quoted properly, when there is one.
   ['parentId', `CASE WHEN j.parent_id IS NULL THEN 'null' ELSE json_quote(j.parent_id) END`],
+  // JobWait as rows.ts builds it (kind, name, failFast), only while waiting (see job-row.ts readWait).
+  [
+    'waitingFor',
+    `CASE WHEN j.state = 'waiting' AND j.wait_kind IS NOT NULL THEN concat('{"kind":"', j.wait_kind, '","name":',
+      CASE WHEN j.wait_name IS NULL THEN 'null' ELSE json_quote(j.wait_name) END, ',"failFast":', ${bool('j.wait_fail_fast')}, '}') ELSE 'null' END`,
+  ],
+  // A job with children takes the general path (the reader counts them): always null here.
+  ['children', "'null'"],
   ...DATE_FIELDS.map(([name, column]): [string, string] => [name, isoDateSql(`j.${column}`)]),
   ['links', `concat('{"self":"/v1/jobs/', j.id, '","events":"/v1/jobs/', j.id, '/events","cancel":"/v1/jobs/', j.id, '/cancel"}')`],
 ];
@@ -83,7 +92,7 @@ const storedProgressOrNull = '(SELECT p.data FROM job_progress p WHERE p.job_id 
  */
 export const SNAPSHOT_JSON_SQL = `
   SELECT j.tenant, j.state, j.run_at, j.expires_at,
-    (j.attempts = 0 OR NOT EXISTS (SELECT 1 FROM job_results r WHERE r.job_id = j.id))
+    (j.attempts = 0 OR NOT EXISTS (SELECT 1 FROM job_results r WHERE r.job_id = j.id)) AND j.children_total = 0
       AND ${DATE_FIELDS.map(([, c]) => `coalesce(j.${c} BETWEEN 0 AND ${MAX_PLAIN_DATE}, 1)`).join(' AND ')},
     j.updated_at, ${storedProgressOrNull},
     CASE WHEN j.updated_at = ? AND ${storedProgressOrNull} IS ? THEN NULL ELSE ${snapshotText} END

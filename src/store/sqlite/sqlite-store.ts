@@ -41,6 +41,7 @@ import {
   type ResultFileRecord,
   type SnapshotJson,
   type Store,
+  type WorkflowStore,
   type SweepParams,
   type TransitionParams,
   type WebhookDeliveryEntry,
@@ -54,6 +55,7 @@ import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 import { checkTransition, Transitions } from './transitions.js';
+import { SqliteWorkflowOps } from './workflow-ops.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -154,6 +156,7 @@ export class SqliteStore implements Store {
   /** Status-poll snapshots by job id, re-sent while their version is current (see snapshot-json.ts). */
   private readonly snapshots = new SnapshotCache();
   private readonly transitions: Transitions;
+  private readonly workflow: SqliteWorkflowOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -195,6 +198,7 @@ export class SqliteStore implements Store {
     this.commitStmt = this.db.prepare('COMMIT');
     this.rollbackStmt = this.db.prepare('ROLLBACK');
     this.transitions = new Transitions(this.db);
+    this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
   }
 
   /** A cached prepared statement; SQL shapes that vary are cached per shape. */
@@ -240,8 +244,9 @@ export class SqliteStore implements Store {
       snapshotJson: arrays(db.prepare(SNAPSHOT_JSON_SQL)),
       promote: compile(
         db,
-        `UPDATE jobs SET state = 'queued', updated_at = ${NEXT_UPDATED_AT}, log = ${logEntrySql('state', "'queued'", 'attempts', "'due'", 'NULL')}
-         WHERE id = @id AND state IN ('pending', 'retrying')`,
+        `UPDATE jobs SET state = 'queued', updated_at = ${NEXT_UPDATED_AT},
+           log = ${logEntrySql('state', "'queued'", 'attempts', "CASE state WHEN 'waiting' THEN 'wait over' ELSE 'due' END", 'NULL')}
+         WHERE id = @id AND state IN ('pending', 'retrying', 'waiting')`,
         { id: (a: { id: string; at: number }) => a.id, at: (a: { id: string; at: number }) => a.at },
       ),
     };
@@ -370,6 +375,10 @@ export class SqliteStore implements Store {
       where.push('j.tenant = ?');
       args.push(params.tenant);
     }
+    if (params.parentId !== undefined) {
+      where.push('j.parent_id = ?');
+      args.push(params.parentId);
+    }
     if (params.cursor) {
       where.push('j.id < ?');
       args.push(decodeCursor(params.cursor));
@@ -424,7 +433,7 @@ export class SqliteStore implements Store {
   private promoteDueSync(now: number, limit: number): number {
     const { promote } = this.hot;
     const n = Math.max(1, Math.floor(limit));
-    const rows = this.arrayStmt(`SELECT id FROM jobs WHERE state IN ('pending', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ${n}`).all(
+    const rows = this.arrayStmt(`SELECT id FROM jobs WHERE state IN ('pending', 'retrying', 'waiting') AND run_at <= ? ORDER BY run_at LIMIT ${n}`).all(
       now,
     ) as unknown as [string][];
     let changed = 0;
@@ -626,6 +635,16 @@ export class SqliteStore implements Store {
     this.lastDataVersion = v;
     return changed;
   }
+
+  // ---- workflows (WorkflowStore): workflow-ops.ts ----------------------------------------------
+
+  suspend: WorkflowStore['suspend'] = (p) => this.workflow.suspend(p);
+  saveWorkflow: WorkflowStore['saveWorkflow'] = (p) => this.workflow.saveWorkflow(p);
+  resumeParents: WorkflowStore['resumeParents'] = (p) => this.workflow.resumeParents(p);
+  resumeStrandedParents: WorkflowStore['resumeStrandedParents'] = (p) => this.workflow.resumeStrandedParents(p);
+  sendSignal: WorkflowStore['sendSignal'] = (p) => this.workflow.sendSignal(p);
+  consumedSignal: WorkflowStore['consumedSignal'] = (p) => this.workflow.consumedSignal(p);
+  countChildren: WorkflowStore['countChildren'] = (p) => this.workflow.countChildren(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
 
