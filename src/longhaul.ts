@@ -10,23 +10,25 @@ import type { StoredResultFile } from './blobs/results.js';
 import { JobBus } from './channel/bus.js';
 import type { Channel } from './channel/channel.js';
 import { checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
-import { InvalidOptionsError } from './core/errors.js';
+import { BatchItemError, InvalidOptionsError } from './core/errors.js';
 import type { JobSnapshot } from './core/job.js';
 import { isTerminal, type JobState } from './core/states.js';
 import { cancelJob, type ControlContext, retryJob } from './facade/control.js';
 import { LazyFiles } from './facade/files.js';
 import * as reads from './facade/reads.js';
 import { channelReady, defaultChannel, Runtime, type StartWorkerOptions, storeFor, type WorkerHandle } from './facade/runtime.js';
-import { type SubmitOptions, Submission } from './facade/submission.js';
+import { type BatchItem, type BatchOptions, type SubmitOptions, Submission } from './facade/submission.js';
 import { type WatchContext, type WatchOptions, watchJob } from './facade/watch.js';
 import type { MigrationResult, SnapshotJson, Store } from './store/store.js';
 import type { Sweeper } from './sweeper/sweeper.js';
 import { collectTasks, isTask, type Task } from './task-api/define.js';
+import { type SignalOutcome, sendSignal } from './workflow/signals.js';
 import { resolveWebhookConfig, type WebhookConfig, type WebhookConfigOptions, WEBHOOK_TASK_TYPE, webhookTask } from './webhooks/service.js';
 
 export type { JobStats, ListOptions, PublicTransition, TenantScope, WebhookDelivery } from './facade/reads.js';
 export type { StartWorkerOptions, WorkerHandle } from './facade/runtime.js';
-export type { SubmitOptions } from './facade/submission.js';
+export type { BatchItem, BatchOptions, SubmitOptions } from './facade/submission.js';
+export type { SignalOutcome } from './workflow/signals.js';
 
 export interface OpenOptions extends Partial<LonghaulConfig> {
   /** A SQLite path or a `postgres://` URL (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
@@ -162,10 +164,23 @@ export class Longhaul {
     return (await this.enqueue(type, input, options)).job;
   }
 
-  /** Bulk enqueue in one transaction. Validation errors reject the whole batch before anything is written. */
-  async submitMany(jobs: ReadonlyArray<{ type: string; input?: unknown; options?: SubmitOptions }>): Promise<JobSnapshot[]> {
+  /**
+   * Bulk enqueue in one transaction: all the jobs or none (see Submission.submitMany). A refused
+   * job rejects the batch with the error its own submission would have got, before anything is
+   * written; `idempotencyKey` covers the whole batch.
+   */
+  async submitMany(jobs: ReadonlyArray<BatchItem>, options: BatchOptions = {}): Promise<JobSnapshot[]> {
+    try {
+      return (await this.enqueueMany(jobs, options)).jobs;
+    } catch (err) {
+      throw err instanceof BatchItemError ? err.cause : err;
+    }
+  }
+
+  /** The same, with `replayed` (the batch's key found every job) and a refused job's index (BatchItemError). */
+  async enqueueMany(jobs: ReadonlyArray<BatchItem>, options: BatchOptions = {}): Promise<{ jobs: JobSnapshot[]; replayed: boolean }> {
     this.assertOpen();
-    return this.submission.submitMany(jobs);
+    return this.submission.submitMany(jobs, options);
   }
 
   // ---- reads (facade/reads.ts, facade/watch.ts) --------------------------------------------
@@ -251,6 +266,16 @@ export class Longhaul {
   async cancel(id: string, scope: reads.TenantScope = {}): Promise<JobSnapshot> {
     this.assertOpen();
     return cancelJob(this.controlCtx, id, scope);
+  }
+
+  /**
+   * Sends the signal `name` (letters, digits, `._:-`, 1 to 128) with a JSON payload to a job: a
+   * job waiting for it (ctx.waitFor) is queued again (`resumed`), otherwise the signal is kept for
+   * the job's next wait for that name. An ended job is a JobEndedError.
+   */
+  async signal(id: string, name: string, payload?: unknown, scope: reads.TenantScope = {}): Promise<SignalOutcome> {
+    this.assertOpen();
+    return sendSignal(this.controlCtx, id, name, payload, scope);
   }
 
   /** Manual retry of a failed or cancelled job: a fresh attempt budget; it resumes from its checkpoint. */

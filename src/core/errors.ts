@@ -215,3 +215,23 @@ export class QueueFullError extends LonghaulError {
     super(`queue is full (${backlog} jobs waiting, limit ${limit})`, 'QUEUE_FULL', 503);
   }
 }
+
+/** A signal sent to a job that already ended (succeeded, failed, cancelled, expired): it is not stored. */
+export class JobEndedError extends LonghaulError {
+  constructor(
+    readonly id: string,
+    readonly state: string,
+  ) {
+    super(`job ${id} is ${state}: it takes no more signals`, 'JOB_ENDED', 409);
+  }
+}
+
+/** One job of a batch was refused: `index` names it, `cause` is what a single submission of it would have thrown. */
+export class BatchItemError extends LonghaulError {
+  constructor(
+    readonly index: number,
+    override readonly cause: LonghaulError,
+  ) {
+    super(`jobs[${index}]: ${cause.message}`, cause.code, cause.status, cause.details);
+  }
+}

@@ -9,6 +9,8 @@ export const MAX_SCHEDULE_MS = 100 * 365 * 86_400_000;
 export const MAX_TIMEOUT_MS = MAX_SCHEDULE_MS;
 export const MAX_ATTEMPTS_LIMIT = 1000;
 export const MAX_IDEMPOTENCY_KEY = 255;
+/** Jobs in one batch over HTTP (`POST /v1/batches`, or an array to `POST /v1/jobs`). */
+export const MAX_BATCH_JOBS = 1000;
 /** How deeply `input` and `metadata` may nest (deeper JSON is refused rather than risking the stack). */
 export const MAX_JSON_DEPTH = 64;
 

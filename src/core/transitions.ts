@@ -110,6 +110,28 @@ export function manualRetry(job: JobRef, now: number): TransitionParams {
   };
 }
 
+/**
+ * A child of a cancelled parent (or a sibling of a failed one), not running → cancelled at once;
+ * `reason` says why ('parent cancelled', 'sibling failed') in the log and the error.
+ */
+export function cancelAsChild(job: JobRef, now: number, reason: string): TransitionParams {
+  return { id: job.id, from: job.state, to: 'cancelled', reason, at: now, patch: { finishedAt: now, error: cancelledError(reason) } };
+}
+
+/** The same for a running child: a cancel request with `reason` (its handler's ctx.signal fires). */
+export function requestCancelAsChild(job: JobRef, now: number, reason: string): TransitionParams {
+  return {
+    id: job.id,
+    from: 'running',
+    to: 'running',
+    lease: job.lease,
+    cancelRequested: false,
+    reason: `cancel requested: ${reason}`,
+    at: now,
+    patch: { cancelRequest: { reason } },
+  };
+}
+
 // ---- by the worker holding the lease ----------------------------------------------------------------
 // (Object literals throughout: the worker builds one per job, and spreads cost more than the job.)
 

@@ -51,7 +51,7 @@ function refuseUnstorable(at: UnstorableAt | null): void {
 }
 
 /** A JSON copy of `value` (what the store keeps), or a clear error naming `what`. */
-function jsonCopy(value: unknown, what: string): unknown {
+export function jsonCopy(value: unknown, what: string): unknown {
   const tooDeep = () => new InvalidOptionsError(`${what} nests deeper than ${MAX_JSON_DEPTH} levels`, what);
   let text: string | undefined;
   try {

@@ -10,7 +10,7 @@ import { InvalidOptionsError, JobNotFoundError } from '../core/errors.js';
 import { type JobRecord, type JobSnapshot, toSnapshot } from '../core/job.js';
 import { isJobState, type JobState } from '../core/states.js';
 import { hasUnstorable } from '../core/storable.js';
-import type { JobQueueStore, ResultFileStore, SnapshotJson, WebhookOutboxStore } from '../store/store.js';
+import type { JobQueueStore, ResultFileStore, SnapshotJson, WebhookOutboxStore, WorkflowStore } from '../store/store.js';
 
 export type { JobStats } from '../core/api-types.js';
 
@@ -21,6 +21,8 @@ export interface TenantScope {
 export interface ListOptions extends TenantScope {
   status?: JobState | JobState[];
   type?: string;
+  /** Only the children of this job (ctx.spawn), oldest first. */
+  parentId?: string;
   limit?: number;
   cursor?: string | null;
 }
@@ -43,8 +45,8 @@ export interface WebhookDelivery {
 }
 
 export interface ReadContext {
-  /** Jobs, and the result files their snapshots link to. */
-  readonly store: JobQueueStore & ResultFileStore;
+  /** Jobs, the result files their snapshots link to, and parents' children counts. */
+  readonly store: JobQueueStore & ResultFileStore & Pick<WorkflowStore, 'countChildren'>;
   /** Warned at when result files exist but cannot be linked. */
   readonly logger: Logger;
   /** Blob storage (opened on first use), for signing result file links. */
@@ -77,9 +79,28 @@ async function snapshotJsonFromGet(ctx: ReadContext, id: string, scope: TenantSc
   return { state: snap.status, runAt: Date.parse(snap.runAt), expiresAt, json: JSON.stringify(snap) };
 }
 
-/** Snapshots with their result files' signed URLs. */
+/**
+ * The snapshot with its children counted, for a job that has children (`childrenTotal`, from
+ * its record); the snapshot as it is otherwise. The counts are read when the snapshot is: they
+ * are not part of the job's record.
+ */
+export async function withChildren(store: Pick<WorkflowStore, 'countChildren'>, snap: JobSnapshot, childrenTotal: number): Promise<JobSnapshot> {
+  if (childrenTotal <= 0) return snap;
+  const byState = await store.countChildren({ id: snap.id });
+  let total = 0;
+  for (const n of Object.values(byState)) total += n;
+  snap.children = { total, byState };
+  return snap;
+}
+
+/** Snapshots with their children counted (parents) and their result files' signed URLs. */
 export async function snapshots(ctx: ReadContext, jobs: JobRecord[]): Promise<JobSnapshot[]> {
   const snaps = jobs.map((j) => toSnapshot(j));
+  const counting: Promise<JobSnapshot>[] = [];
+  jobs.forEach((j, i) => {
+    if (j.childrenTotal > 0) counting.push(withChildren(ctx.store, snaps[i] as JobSnapshot, j.childrenTotal));
+  });
+  if (counting.length > 0) await Promise.all(counting);
   // Files exist only once an attempt ran; an expired job's are gone.
   const ids = jobs.filter((j) => j.attempts > 0 && j.state !== 'expired').map((j) => j.id);
   if (ids.length === 0) return snaps;
@@ -143,8 +164,11 @@ export async function listJobs(ctx: ReadContext, options: ListOptions): Promise<
   for (const s of states ?? []) if (!isJobState(s)) throw new InvalidOptionsError(`unknown status "${String(s)}"`, 'status');
   const limit = options.limit ?? 50;
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidOptionsError('limit must be an integer from 1 to 1000', 'limit');
-  // No job has a type or tenant that no store can hold (PostgreSQL would refuse the query).
-  if ([options.type, options.tenant].some((f) => typeof f === 'string' && hasUnstorable(f))) return { items: [], nextCursor: null };
+  if (options.parentId !== undefined && (typeof options.parentId !== 'string' || options.parentId === '')) {
+    throw new InvalidOptionsError('parentId must be a non-empty string', 'parentId');
+  }
+  // No job has a type, tenant or parent that no store can hold (PostgreSQL would refuse the query).
+  if ([options.type, options.tenant, options.parentId].some((f) => typeof f === 'string' && hasUnstorable(f))) return { items: [], nextCursor: null };
   let page: Awaited<ReturnType<JobQueueStore['listJobs']>>;
   try {
     page = await ctx.store.listJobs({
@@ -152,6 +176,7 @@ export async function listJobs(ctx: ReadContext, options: ListOptions): Promise<
       ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
       ...(states === undefined ? {} : { states }),
       ...(options.type === undefined ? {} : { type: options.type }),
+      ...(options.parentId === undefined ? {} : { parentId: options.parentId }),
       cursor: options.cursor ?? null,
     });
   } catch (err) {

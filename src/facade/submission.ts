@@ -5,8 +5,13 @@
  */
 import type { JobBus } from '../channel/bus.js';
 import type { LonghaulConfig } from '../config.js';
-import { IdempotencyConflictError, InvalidOptionsError, QueueFullError } from '../core/errors.js';
+import { createHash } from 'node:crypto';
+import { BatchItemError, IdempotencyConflictError, InvalidOptionsError, LonghaulError, QueueFullError } from '../core/errors.js';
 import { type JobSnapshot, type Priority, toSnapshot } from '../core/job.js';
+import { MAX_IDEMPOTENCY_KEY } from '../core/limits.js';
+import { BACKLOG_STATES } from '../core/states.js';
+import { cancelNow } from '../core/transitions.js';
+import { applyTransitions, type Planned } from '../transitions/apply.js';
 import { Batcher } from '../store/batcher.js';
 import type { InsertResult, JobQueueStore, NewJob, SqlTransaction, WebhookOutboxStore } from '../store/store.js';
 import { checkWebhookOption, type WebhookConfig, type WebhookOption } from '../webhooks/service.js';
@@ -115,27 +120,100 @@ export class Submission {
     }
   }
 
-  /** Bulk enqueue in one transaction. Validation errors reject the whole batch before anything is written. */
-  async submitMany(jobs: ReadonlyArray<{ type: string; input?: unknown; options?: SubmitOptions }>): Promise<JobSnapshot[]> {
+  /**
+   * Bulk enqueue in one transaction: all the jobs or none. Each job is checked first, and a
+   * refused one rejects the batch (a BatchItemError naming it) before anything is written. The
+   * queue limit applies to the batch as a whole. One idempotency key covers the batch: each job
+   * gets a key derived from it (`<key>#<index>`) and the hash of the whole batch as its request
+   * hash, so the per-job machinery answers a replay (every job found again) or a conflict.
+   */
+  async submitMany(jobs: ReadonlyArray<BatchItem>, options: BatchOptions = {}): Promise<{ jobs: JobSnapshot[]; replayed: boolean }> {
     const { store, config } = this.ctx;
+    const batchKey = options.idempotencyKey;
+    if (batchKey !== undefined && (typeof batchKey !== 'string' || batchKey.length === 0 || batchKey.length > MAX_IDEMPOTENCY_KEY)) {
+      throw new InvalidOptionsError(`idempotencyKey must be a string of 1 to ${MAX_IDEMPOTENCY_KEY} characters`, 'idempotencyKey');
+    }
     const now = Date.now();
     const prepared: NewJob[] = [];
     const webhooks: ({ url: string; secret: string | null } | null)[] = [];
-    for (const j of jobs) {
-      prepared.push(await prepare(this.ctx, j.type, j.input, j.options ?? {}, now));
-      webhooks.push(j.options?.webhook === undefined ? null : await checkWebhookOption(j.options.webhook, this.ctx.webhookConfig));
+    for (const [i, j] of jobs.entries()) {
+      try {
+        const own = j.options ?? {};
+        if (batchKey !== undefined && own.idempotencyKey !== undefined) {
+          throw new InvalidOptionsError('a job of a batch with an idempotency key has no key of its own', 'idempotencyKey');
+        }
+        // With a batch key, each job is prepared as keyed so that it gets the hash of its own request.
+        prepared.push(await prepare(this.ctx, j.type, j.input, batchKey === undefined ? own : { ...own, idempotencyKey: batchKey }, now));
+        webhooks.push(own.webhook === undefined ? null : await checkWebhookOption(own.webhook, this.ctx.webhookConfig));
+      } catch (err) {
+        throw err instanceof LonghaulError ? new BatchItemError(i, err) : err;
+      }
+    }
+    if (batchKey !== undefined) {
+      const hash = createHash('sha256');
+      for (const job of prepared) hash.update(`${job.requestHash}\n`);
+      const batchHash = hash.digest('base64url');
+      prepared.forEach((job, i) => {
+        job.idempotencyKey = `${batchKey}#${i}`;
+        job.requestHash = batchHash;
+      });
     }
     const txs = new Set(jobs.map((j) => j.options?.tx));
     if (txs.size > 1) throw new InvalidOptionsError('submitMany takes one tx for the whole batch or none');
     const [tx] = txs;
     if (tx !== undefined && !store.capabilities.transactionalEnqueue) throw new InvalidOptionsError(NEEDS_TRANSACTIONS);
+    // The limit is checked for the whole batch before its transaction (the store's own check is
+    // per job, and would insert the jobs that fit). Concurrent submissions may take the backlog
+    // past the limit by one batch at most.
+    let maxBacklog: number | undefined;
+    if (config.maxQueued !== undefined && prepared.length > 0) {
+      const counts = await store.countByState({});
+      const backlog = BACKLOG_STATES.reduce((n, s) => n + counts[s], 0);
+      // A full queue still answers a replay: keyed jobs already stored are found, new ones refused (limit 0).
+      if (backlog + prepared.length > config.maxQueued) {
+        if (batchKey === undefined) throw new QueueFullError(backlog, config.maxQueued);
+        maxBacklog = 0;
+      }
+    }
     for (const [i, w] of webhooks.entries()) if (w) await store.saveWebhook({ jobId: (prepared[i] as NewJob).id, ...w });
     const results = await store.insertJobs({
       jobs: prepared,
-      ...(config.maxQueued === undefined ? {} : { maxBacklog: config.maxQueued }),
+      ...(maxBacklog === undefined ? {} : { maxBacklog }),
       ...(tx === undefined ? {} : { tx }),
     });
     for (const [i, r] of results.entries()) if (webhooks[i] && r.kind !== 'created') await store.deleteWebhook({ jobId: (prepared[i] as NewJob).id });
-    return results.map((r, i) => this.afterInsert(r, prepared[i] as NewJob, tx === undefined).job);
+    const refused = results.find((r) => r.kind === 'conflict' || r.kind === 'full');
+    if (refused) {
+      await this.withdraw(results, now);
+      if (refused.kind === 'full') throw new QueueFullError(refused.backlog, config.maxQueued ?? 0);
+      throw new IdempotencyConflictError(batchKey ?? '');
+    }
+    const replayed = results.length > 0 && results.every((r) => r.kind === 'existing');
+    return { jobs: results.map((r, i) => this.afterInsert(r, prepared[i] as NewJob, tx === undefined).job), replayed };
   }
+
+  /**
+   * Cancels the jobs a refused batch created: a batch key reused for a longer, different batch
+   * finds its first jobs (a conflict) but creates the others, in the same transaction. Best
+   * effort: a job a worker claimed meanwhile is left to run.
+   */
+  private async withdraw(results: InsertResult[], now: number): Promise<void> {
+    const planned: Planned[] = [];
+    for (const r of results) {
+      if (r.kind === 'created') planned.push({ job: r.job, write: { ...cancelNow(r.job, now), reason: 'idempotency conflict in its batch' } });
+    }
+    await applyTransitions(this.ctx.store, this.ctx.bus, planned);
+  }
+}
+
+/** One job of a batch: what `submit` takes. */
+export interface BatchItem {
+  type: string;
+  input?: unknown;
+  options?: SubmitOptions;
+}
+
+export interface BatchOptions {
+  /** One key for the whole batch: the same batch again returns the same jobs; a different one is an IdempotencyConflictError. */
+  idempotencyKey?: string;
 }

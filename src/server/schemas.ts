@@ -4,7 +4,7 @@
  */
 import { JOB_STATES } from '../core/states.js';
 import { PRIORITIES } from '../core/job.js';
-import { MAX_ATTEMPTS_LIMIT, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
+import { MAX_ATTEMPTS_LIMIT, MAX_BATCH_JOBS, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
 
 const nullableString = { type: ['string', 'null'] } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
@@ -166,6 +166,35 @@ export const routeSchemas = {
     headers: { type: 'object', properties: { 'idempotency-key': { type: 'string' } } },
     response: { 200: snapshotRef, 202: snapshotRef, ...errors(400, 401, 413, 415, 422, 503) },
   },
+  batch: {
+    summary: 'Submit a batch of jobs: all or none (also POST /v1/jobs with an array body)',
+    tags: ['jobs'],
+    body: {
+      type: 'object',
+      required: ['jobs'],
+      additionalProperties: false,
+      properties: { jobs: { type: 'array', description: `submit bodies, 1 to ${MAX_BATCH_JOBS}`, items: {} } },
+    },
+    headers: { type: 'object', properties: { 'idempotency-key': { type: 'string', description: 'one key for the whole batch' } } },
+    response: {
+      200: { type: 'object', properties: { jobs: { type: 'array', items: snapshotRef } } },
+      202: { type: 'object', properties: { jobs: { type: 'array', items: snapshotRef } } },
+      ...errors(400, 401, 413, 415, 422, 503),
+    },
+  },
+  signal: {
+    summary: 'Send a signal to a job (its body, any JSON, is the payload; empty: null)',
+    tags: ['jobs'],
+    params: {
+      type: 'object',
+      required: ['id', 'name'],
+      properties: { id: { type: 'string', maxLength: 64 }, name: { type: 'string', description: 'letters, digits and . _ : -, 1 to 128' } },
+    },
+    response: {
+      202: { type: 'object', properties: { jobId: { type: 'string' }, name: { type: 'string' }, resumed: { type: 'boolean' } } },
+      ...errors(400, 401, 404, 409, 413, 415, 422),
+    },
+  },
   get: { summary: 'Get a job', tags: ['jobs'], params: idParams, response: { 200: snapshotRef, ...errors(401, 404, 410) } },
   list: {
     summary: 'List jobs, newest first',
@@ -175,6 +204,7 @@ export const routeSchemas = {
       properties: {
         status: { type: 'string', description: 'one status or several, comma-separated' },
         type: { type: 'string' },
+        parentId: { type: 'string', maxLength: 64, description: "only this job's children (ctx.spawn), oldest first" },
         limit: { type: 'string', description: 'an integer from 1 to 1000, default 50' },
         cursor: { type: 'string' },
       },

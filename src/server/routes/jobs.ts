@@ -1,5 +1,5 @@
 /** Job routes: submit, get, list, cancel, retry, transitions, stream tokens. */
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { JobNotFoundError } from '../../core/errors.js';
 import type { JobSnapshot } from '../../core/job.js';
 import { idempotencyKeyProblem } from '../../core/limits.js';
@@ -8,6 +8,7 @@ import type { SubmitOptions } from '../../longhaul.js';
 import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
+import { sendBatch } from './workflow.js';
 
 /** Seconds a poller should wait: 1 s for queued/running work, the time until runAt for delayed work. */
 export function retryAfterSeconds(status: JobState, runAt: number, now = Date.now()): number | null {
@@ -24,11 +25,11 @@ function withPollingHeaders(reply: FastifyReply, status: JobState, runAt: number
 }
 
 /** Polling headers for a snapshot (its runAt is an ISO string). */
-function withSnapshotHeaders(reply: FastifyReply, job: JobSnapshot): FastifyReply {
+export function withSnapshotHeaders(reply: FastifyReply, job: JobSnapshot): FastifyReply {
   return withPollingHeaders(reply, job.status, Date.parse(job.runAt));
 }
 
-interface SubmitBody {
+export interface SubmitBody {
   type: string;
   input?: unknown;
   priority?: SubmitOptions['priority'];
@@ -40,21 +41,37 @@ interface SubmitBody {
   webhook?: { url: string; secret?: string };
 }
 
+/** The request's `Idempotency-Key` (one header, checked), or undefined. */
+export function idempotencyKeyOf(request: FastifyRequest): string | undefined {
+  const key = request.headers['idempotency-key'];
+  if (Array.isArray(key)) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', 'send one Idempotency-Key header');
+  const keyProblem = key === undefined ? null : idempotencyKeyProblem(key);
+  if (keyProblem) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', `Idempotency-Key ${keyProblem}`);
+  return key;
+}
+
+/** The submit options a (schema-checked) submit body gives, for the caller's tenant. */
+export function submitOptions(body: SubmitBody, tenant: string): SubmitOptions {
+  const options: SubmitOptions = { tenant };
+  if (body.priority !== undefined) options.priority = body.priority;
+  if (body.runAt !== undefined) options.runAt = body.runAt;
+  if (body.delayMs !== undefined) options.delayMs = body.delayMs;
+  if (body.maxAttempts !== undefined) options.maxAttempts = body.maxAttempts;
+  if (body.timeoutMs !== undefined) options.timeoutMs = body.timeoutMs;
+  if (body.metadata !== undefined) options.metadata = body.metadata;
+  if (body.webhook !== undefined) options.webhook = body.webhook;
+  return options;
+}
+
 export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppContext): void {
-  app.post<{ Body: SubmitBody }>('/v1/jobs', { schema: routeSchemas.submit }, (request, reply) => {
+  // An array body is a batch (see routes/workflow.ts): answered before the single-job schema is applied.
+  const batchBody = async (request: FastifyRequest, reply: FastifyReply) => {
+    if (Array.isArray(request.body)) return sendBatch(lh, request, reply, request.body);
+  };
+  app.post<{ Body: SubmitBody }>('/v1/jobs', { schema: routeSchemas.submit, preValidation: batchBody }, (request, reply) => {
     const body = request.body;
-    const key = request.headers['idempotency-key'];
-    if (Array.isArray(key)) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', 'send one Idempotency-Key header');
-    const keyProblem = key === undefined ? null : idempotencyKeyProblem(key);
-    if (keyProblem) throw new HttpProblem(400, 'INVALID_IDEMPOTENCY_KEY', `Idempotency-Key ${keyProblem}`);
-    const options: SubmitOptions = { tenant: request.tenant };
-    if (body.priority !== undefined) options.priority = body.priority;
-    if (body.runAt !== undefined) options.runAt = body.runAt;
-    if (body.delayMs !== undefined) options.delayMs = body.delayMs;
-    if (body.maxAttempts !== undefined) options.maxAttempts = body.maxAttempts;
-    if (body.timeoutMs !== undefined) options.timeoutMs = body.timeoutMs;
-    if (body.metadata !== undefined) options.metadata = body.metadata;
-    if (body.webhook !== undefined) options.webhook = body.webhook;
+    const key = idempotencyKeyOf(request);
+    const options = submitOptions(body, request.tenant);
     if (key !== undefined) options.idempotencyKey = key;
     return lh.enqueue(body.type, body.input, options).then(({ job, replayed }) => {
       reply.header('Location', job.links.self);
@@ -76,7 +93,7 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     }),
   );
 
-  app.get<{ Querystring: { status?: string; type?: string; limit?: string; cursor?: string } }>(
+  app.get<{ Querystring: { status?: string; type?: string; parentId?: string; limit?: string; cursor?: string } }>(
     '/v1/jobs',
     { schema: routeSchemas.list },
     async (request) => {
@@ -98,6 +115,7 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
         limit,
         ...(status ? { status } : {}),
         ...(q.type ? { type: q.type } : {}),
+        ...(q.parentId ? { parentId: q.parentId } : {}),
         ...(q.cursor ? { cursor: q.cursor } : {}),
       });
     },
