@@ -238,6 +238,9 @@ export function suspend(job: JobRef, workerId: string, now: number, runAt: numbe
 
 type SweptJob = JobRef & Pick<JobRecord, 'workerId' | 'timeoutMs' | 'cancelReason'>;
 
+/** Attempts a compensating saga gets beyond its maxAttempts when its worker dies (see reapLostWorker). */
+export const COMPENSATION_EXTRA_ATTEMPTS = 3;
+
 /** running → cancelled for a job whose cancel request its handler cannot (or did not) honour. */
 export function forceCancel(job: SweptJob, now: number, why: 'drain' | 'heartbeat lost'): TransitionParams {
   const timeout = job.cancelReason === 'timeout';
@@ -260,9 +263,14 @@ export function forceCancel(job: SweptJob, now: number, why: 'drain' | 'heartbea
  * spent; cancelled when a cancel was asked for (no worker is left to honour it: requeueing would
  * run the job again, failing would report a crash instead of the cancel).
  */
-export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'maxAttempts' | 'cancelRequested'>, now: number): TransitionParams {
+export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'maxAttempts' | 'cancelRequested' | 'workflow'>, now: number): TransitionParams {
   if (job.cancelRequested) return forceCancel(job, now, 'heartbeat lost');
-  const d = decideAfterLostWorker(job.attempts, job.maxAttempts, now);
+  // A saga that was compensating when its worker died goes on compensating, even on its last
+  // attempt: failing it now would leave its completed steps done and not undone. A few extra
+  // attempts at most, so that a compensation that kills its process every time still ends.
+  const compensating = job.workflow?.compensation != null && job.workflow.compensation.failed === null;
+  const budget = compensating ? job.maxAttempts + COMPENSATION_EXTRA_ATTEMPTS : job.maxAttempts;
+  const d = decideAfterLostWorker(job.attempts, budget, now);
   return {
     id: job.id,
     from: 'running',

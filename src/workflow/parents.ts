@@ -19,6 +19,7 @@ import type { JobBus } from '../channel/bus.js';
 import type { Progress } from '../core/progress.js';
 import { isTerminal, type JobState } from '../core/states.js';
 import type { ResumedJob, Store } from '../store/store.js';
+import { announceResumed } from './signals.js';
 
 export interface ParentTrackerOptions {
   store: Store;
@@ -125,7 +126,7 @@ export class ParentTracker {
   /** Announces parents a store call queued again. */
   announce(resumed: readonly ResumedJob[]): void {
     for (const r of resumed) {
-      this.o.bus.emit('job:changed', { id: r.id, tenant: r.tenant, type: r.type, from: 'waiting', to: 'queued', reason: r.reason });
+      announceResumed(this.o.bus, r, r.reason);
       const s = this.parents.get(r.id);
       if (s && s.timer === null) this.parents.delete(r.id);
     }
