@@ -16,7 +16,7 @@
 import type { Logger } from 'pino';
 import { isRelayed } from '../channel/bridge.js';
 import type { JobBus } from '../channel/bus.js';
-import type { Progress } from '../core/progress.js';
+import { aggregateProgress } from '../core/workflow.js';
 import { isTerminal, type JobState } from '../core/states.js';
 import type { ResumedJob, Store } from '../store/store.js';
 import { announceResumed } from './signals.js';
@@ -28,14 +28,6 @@ export interface ParentTrackerOptions {
   clock?: () => number;
   /** Minimum ms between two progress events of one parent. Default 250. */
   progressEveryMs?: number;
-}
-
-/** The aggregate progress of a parent with `total` children of which `ended` ended, `running` the percents of running ones known here. */
-export function aggregateProgress(total: number, ended: number, running: Iterable<number>, at: number): Progress {
-  let partial = 0;
-  for (const p of running) partial += Math.min(100, Math.max(0, p));
-  const percent = total === 0 ? 100 : Math.min(100, Math.round(((ended * 100 + partial) / total) * 100) / 100);
-  return { percent, stage: 'children', itemsDone: ended, itemsTotal: total, message: null, eta: null, updatedAt: new Date(at).toISOString() };
 }
 
 interface ParentState {

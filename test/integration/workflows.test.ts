@@ -300,3 +300,34 @@ for (const target of TARGETS) {
     });
   });
 }
+
+describe('the example workflow demo.export (longhaul dev)', () => {
+  it('plans once, spawns a shard per child, and merges their parts into export.csv', async () => {
+    const { exampleTasks } = await import('../../src/tasks/examples.js');
+    const { FsBlobStore } = await import('../../src/blobs/fs-store.js');
+    const lh = await Longhaul.open({
+      database: join(dir, 'example.db'),
+      tasks: exampleTasks,
+      logger: pino({ level: 'silent' }),
+      sweepIntervalMs: 50,
+      files: { urlSigningSecret: 'workflow-example-url-signing-secret-0123', blobs: await FsBlobStore.open(join(dir, 'example-blobs')) },
+    });
+    try {
+      await lh.startWorker({ concurrency: 4, pollIntervalMs: 10 });
+      const job = await lh.submit('demo.export', { rows: 5_000, shards: 5, pauseMs: 0 });
+      const done = await settled(lh, job.id, 20_000);
+      assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+      const result = done.result as { rows: number; shards: number; bytes: number };
+      assert.equal(result.rows, 5_000);
+      assert.equal(result.shards, 5);
+      assert.deepEqual(
+        done.results.map((f) => [f.name, f.size]),
+        [['export.csv', result.bytes]],
+      );
+      assert.equal(done.children?.total, 5);
+      assert.equal(done.children?.byState.succeeded, 5);
+    } finally {
+      await lh.close({ drainMs: 0 });
+    }
+  });
+});
