@@ -302,7 +302,7 @@ export interface JobQueueStore {
   listJobs(params: ListJobsParams): Promise<JobPage>;
   getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null>;
 
-  /** Promotes due pending/retrying jobs, then claims up to `limit` queued jobs for the worker. */
+  /** Promotes due pending/retrying/waiting jobs, then claims up to `limit` queued jobs for the worker. */
   claimJobs(params: ClaimParams): Promise<JobRecord[]>;
   /** A worker's cycle in one write: its completions (as `transition`), then a claim (as `claimJobs`). */
   completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }>;
@@ -314,7 +314,7 @@ export interface JobQueueStore {
   saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean>;
   saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean>;
 
-  /** Moves due pending/retrying jobs to queued; returns how many. */
+  /** Moves due pending/retrying/waiting jobs to queued; returns how many. */
   promoteDue(params: { now: number; limit: number }): Promise<number>;
   /** Jobs the sweeper must act on; it then applies transitions (CAS) itself. */
   sweepCandidates(params: SweepParams): Promise<JobRecord[]>;
