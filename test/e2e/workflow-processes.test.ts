@@ -161,7 +161,11 @@ class Api {
   }
 
   async children(parentId: string): Promise<Snapshot[]> {
-    return (await this.call<{ items: Snapshot[] }>('GET', `/v1/jobs?parentId=${parentId}&limit=1000`)).body.items;
+    return this.list(`parentId=${parentId}&limit=1000`);
+  }
+
+  async list(query: string): Promise<Snapshot[]> {
+    return (await this.call<{ items: Snapshot[] }>('GET', `/v1/jobs?${query}`)).body.items;
   }
 
   /** Polls the job until `pred` holds (a test-side wait on a condition, not a stream). */
@@ -242,9 +246,12 @@ class Deployment {
     readonly name: string,
   ) {}
 
-  /** `longhaul server` (the API and a sweeper, no worker); resolves once it listens. */
-  async server(label = 'server'): Promise<{ proc: LhProcess; api: Api }> {
-    const proc = new LhProcess(['server', '--port', '0', '--tasks', TASKS], this.env, `${this.name}/${label}#${++this.n}`);
+  /**
+   * `longhaul server` (the API and a sweeper, no worker), or `longhaul dev` (the API, a worker
+   * and a sweeper in one process); resolves once it listens.
+   */
+  async server(label = 'server', mode: 'server' | 'dev' = 'server'): Promise<{ proc: LhProcess; api: Api }> {
+    const proc = new LhProcess([mode, '--port', '0', '--tasks', TASKS, '--drain-ms', '0'], this.env, `${this.name}/${label}#${++this.n}`);
     this.procs.push(proc);
     const m = await proc.waitOutput(/listening on (http:\/\/\S+)/, 'listening');
     proc.url = (m[1] as string).replace('localhost', '127.0.0.1');
@@ -314,14 +321,20 @@ for (const store of STORES) {
     it('fan-out: 10,000 children on 2 workers; an SSE client sees the parent progress rise; the result sums the children', { timeout: 90_000 }, async () => {
       await withDeployment(store, 'fanout', async (d) => {
         const { api } = await d.server();
-        await Promise.all([d.worker('w1', 50), d.worker('w2', 50)]);
+        await Promise.all([d.worker('w1', 20), d.worker('w2', 20)]);
         const count = 10_000;
         const t0 = Date.now();
-        const parent = await api.submit('wfe.fanout', { count });
+        // Children of 5 ms each: at 40 at a time, the fan-out lasts over a second whatever the
+        // store's speed, long enough for a stream to see several steps of the parent's progress.
+        const parent = await api.submit('wfe.fanout', { count, ms: 5 });
         const frames = await followSse(api.base, parent.id, 80_000);
         const elapsed = Date.now() - t0;
         const last = frames.at(-1)?.snapshot as Snapshot;
         assert.equal(last.status, 'succeeded', JSON.stringify(last.error));
+        if ((last.result as { succeeded?: number }).succeeded !== count) {
+          const failed = await api.list(`parentId=${parent.id}&status=failed,cancelled&limit=3`);
+          assert.fail(`not every child succeeded: ${JSON.stringify(last.result)}; for instance: ${JSON.stringify(failed.map((c) => [c.status, c.error, c.attempts]))}`);
+        }
         assert.deepEqual(last.result, { total: count, succeeded: count, read: count, sum: (count * (count - 1)) / 2 });
         // The parent's own aggregate: the share of its children that ended, while it waits.
         const percents = frames
@@ -341,6 +354,222 @@ for (const store of STORES) {
         assert.deepEqual(children?.total, count);
         assert.equal(children?.byState.succeeded, count);
         console.log(`${store.name} fan-out of ${count}: ${elapsed} ms, ${frames.length} SSE frames, percents ${percents.join(' ')}`);
+      });
+    });
+
+    it('fail-fast: the third child fails; the parent fails with CHILD_FAILED and its running siblings end cancelled', { timeout: 40_000 }, async () => {
+      await withDeployment(store, 'failfast', async (d) => {
+        const { api } = await d.server();
+        await d.worker('w', 10);
+        const journal = d.journal('failfast');
+        const held = [4, 5, 6, 7, 8];
+        const children = [{ n: 1 }, { n: 2 }, { n: 3, fail: true, waitForStarts: 2 + held.length }, ...held.map((n) => ({ n, holdMs: 60_000 }))];
+        const parent = await api.submit('wfe.parent', { journal, policy: 'fail-fast', children });
+        const done = await api.settled(parent.id);
+        assert.equal(done.status, 'failed');
+        assert.equal(done.error?.code, 'CHILD_FAILED', JSON.stringify(done.error));
+        // Cancelling a running child is a request its handler answers: wait for every child to end.
+        const ended = await api.until(parent.id, (s) => (s.children?.byState.cancelled ?? 0) + (s.children?.byState.succeeded ?? 0) + (s.children?.byState.failed ?? 0) === 8, 'every child to end');
+        assert.deepEqual(
+          { succeeded: ended.children?.byState.succeeded, failed: ended.children?.byState.failed, cancelled: ended.children?.byState.cancelled },
+          { succeeded: 2, failed: 1, cancelled: 5 },
+        );
+        const byN = new Map((await api.children(parent.id)).map((c) => [(c as unknown as { input: { n: number } }).input.n, c]));
+        assert.equal(byN.get(3)?.error?.code, 'CHILD_BROKE');
+        for (const n of held) assert.equal(byN.get(n)?.status, 'cancelled', `child ${n}`);
+        // Every held sibling was running and heard its ctx.signal.
+        const aborted = kinds(readJournal(journal), 'child-aborted').map((e) => e.n as number);
+        assert.deepEqual(aborted.sort(), held);
+        assert.ok((await api.log(parent.id)).includes('waiting>queued:child failed'));
+        assert.equal(kinds(readJournal(journal), 'parent-run').length, 2, 'the parent ran, waited, and ran again to fail');
+      });
+    });
+
+    it('cancelling a waiting parent over HTTP cancels its running children, whose ctx.signal fires', { timeout: 40_000 }, async () => {
+      await withDeployment(store, 'cancel', async (d) => {
+        const { api } = await d.server();
+        await d.worker('w', 10);
+        const journal = d.journal('cancel');
+        const children = [0, 1, 2, 3].map((n) => ({ n, holdMs: 60_000 }));
+        const parent = await api.submit('wfe.parent', { journal, policy: 'collect', children });
+        await api.until(parent.id, (s) => s.status === 'waiting' && s.children?.byState.running === 4, 'the parent to wait with its 4 children running');
+        const cancelled = await api.cancel(parent.id);
+        assert.equal(cancelled.status, 'cancelled');
+        const after = await api.until(parent.id, (s) => s.children?.byState.cancelled === 4, 'all 4 children to end cancelled');
+        assert.equal(after.status, 'cancelled');
+        const aborted = kinds(readJournal(journal), 'child-aborted').map((e) => e.n as number);
+        assert.deepEqual(aborted.sort(), [0, 1, 2, 3], 'every running child heard its ctx.signal');
+        for (const c of await api.children(parent.id)) {
+          assert.equal(c.status, 'cancelled');
+          assert.equal(c.error?.code, 'CANCELLED', JSON.stringify(c.error));
+          const log = await api.log(c.id);
+          assert.match(log.at(-2) ?? '', /^running>running:cancel requested/, log.join('\n'));
+          assert.match(log.at(-1) ?? '', /^running>cancelled:/, log.join('\n'));
+        }
+      });
+    });
+
+    it('a pipeline whose worker is SIGKILLed in stage 2 resumes in stage 2 on another worker with stage 1 output; stage 1 does not run again', { timeout: 40_000 }, async () => {
+      await withDeployment(store, 'pipeline', async (d) => {
+        const { api } = await d.server();
+        const w1 = await d.worker('w1', 2);
+        const journal = d.journal('pipeline');
+        const job = await api.submit('wfe.pipeline', { journal, rows: 3 });
+        await waitFor(() => kinds(readJournal(journal), 'stage').some((e) => e.stage === 'two'), 'stage two to start', 20_000);
+        // Progress is written behind the handler (coalesced): wait for it to show stage two.
+        await api.until(job.id, (s) => s.status === 'running' && s.progress.stage === 'two', 'the job to show stage two');
+        await w1.kill();
+        const w2 = await d.worker('w2', 2);
+        const done = await api.settled(job.id);
+        assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+        assert.deepEqual(done.result, { loaded: 6 });
+        assert.equal(done.attempts, 2);
+        const who = (pid: number) => (pid === w1.pid ? 'w1' : pid === w2.pid ? 'w2' : `pid ${pid}`);
+        assert.deepEqual(
+          kinds(readJournal(journal), 'stage').map((e) => [e.stage, e.previous ?? null, who(e.pid)]),
+          [
+            ['one', null, 'w1'],
+            ['two', { rows: 3 }, 'w1'],
+            ['two', { rows: 3 }, 'w2'],
+            ['three', { rows: 6 }, 'w2'],
+          ],
+        );
+        const log = await api.log(job.id);
+        assert.ok(log.includes('running>retrying:heartbeat lost; requeued'), log.join('\n'));
+      });
+    });
+
+    it('a saga failing at its third step compensates steps two and one, in that order', { timeout: 30_000 }, async () => {
+      await withDeployment(store, 'saga', async (d) => {
+        const { api } = await d.server();
+        await d.worker('w', 2);
+        const journal = d.journal('saga');
+        const job = await api.submit('wfe.saga', { journal, failAt: 'three' });
+        const done = await api.settled(job.id);
+        assert.equal(done.status, 'failed');
+        assert.equal(done.error?.code, 'STEP_REFUSED');
+        assert.equal(done.error?.compensated, true, JSON.stringify(done.error));
+        assert.deepEqual(
+          readJournal(journal).map((e) => `${e.kind} ${e.step}`),
+          ['run one', 'run two', 'run three', 'compensate-start two', 'compensated two', 'compensate-start one', 'compensated one'],
+        );
+        const notes = (await api.log(job.id)).filter((l) => l.includes('compensat'));
+        assert.deepEqual(notes, ['running>running:step three failed; compensating', 'running>running:compensated two', 'running>running:compensated one']);
+      });
+    });
+
+    it('a saga whose worker is SIGKILLed during compensation resumes compensating after the restart', { timeout: 40_000 }, async () => {
+      await withDeployment(store, 'saga-kill', async (d) => {
+        const { api } = await d.server();
+        const w1 = await d.worker('w1', 2);
+        const journal = d.journal('saga-kill');
+        const job = await api.submit('wfe.saga', { journal, failAt: 'three', blockCompensate: 'two' });
+        await waitFor(() => kinds(readJournal(journal), 'compensate-start').length > 0, 'the compensation of step two to start', 20_000);
+        await w1.kill();
+        const w2 = await d.worker('w2', 2);
+        const done = await api.settled(job.id);
+        assert.equal(done.status, 'failed');
+        assert.equal(done.error?.code, 'STEP_REFUSED');
+        assert.equal(done.error?.compensated, true, JSON.stringify(done.error));
+        const who = (pid: number) => (pid === w1.pid ? 'w1' : pid === w2.pid ? 'w2' : `pid ${pid}`);
+        // The steps ran once; step two's compensation, interrupted by the kill, ran again (it
+        // must be idempotent); each compensation completed once, two before one.
+        assert.deepEqual(
+          readJournal(journal).map((e) => `${e.kind} ${e.step} ${who(e.pid)}`),
+          ['run one w1', 'run two w1', 'run three w1', 'compensate-start two w1', 'compensate-start two w2', 'compensated two w2', 'compensate-start one w2', 'compensated one w2'],
+        );
+        const log = await api.log(job.id);
+        const reaped = log.findIndex((l) => l.includes('heartbeat lost'));
+        assert.ok(reaped > 0, log.join('\n'));
+        const notes = (from: number, to?: number) => log.slice(from, to).filter((l) => l.includes('compensat'));
+        assert.deepEqual(notes(0, reaped), ['running>running:step three failed; compensating'], log.join('\n'));
+        assert.deepEqual(notes(reaped), ['running>running:compensated two', 'running>running:compensated one'], log.join('\n'));
+        assert.equal(log.at(-1), 'running>failed:fatal', log.join('\n'));
+      });
+    });
+
+    it('a durable sleep survives SIGKILL of every process: fresh processes resume it after its wake-up time', { timeout: 40_000 }, async () => {
+      await withDeployment(store, 'sleep', async (d) => {
+        const first = await d.server('s1');
+        const w1 = await d.worker('w1', 2);
+        const journal = d.journal('sleep');
+        const job = await first.api.submit('wfe.sleeper', { journal, ms: 3000 });
+        const waiting = await first.api.until(job.id, (s) => s.status === 'waiting', 'the job to sleep');
+        assert.equal(waiting.waitingFor?.kind, 'sleep');
+        const sleeping = (await first.api.log(job.id)).find((l) => l.startsWith('running>waiting:sleeping until '));
+        const wakeAt = Date.parse(sleeping?.slice('running>waiting:sleeping until '.length) ?? '');
+        assert.ok(Number.isFinite(wakeAt), `the log says until when: ${sleeping}`);
+        await d.killAll();
+        assert.ok(Date.now() < wakeAt - 500, 'every process was killed well before the wake-up time');
+        const second = await d.server('s2');
+        const w2 = await d.worker('w2', 2);
+        const done = await second.api.settled(job.id);
+        assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+        assert.deepEqual(done.result, { slept: 3000 });
+        assert.equal(done.attempts, 1, 'the sleep and the kills while it slept cost no attempt');
+        assert.ok(Date.parse(done.finishedAt as string) >= wakeAt);
+        const events = readJournal(journal);
+        const who = (pid: number) => (pid === w1.pid ? 'w1' : pid === w2.pid ? 'w2' : `pid ${pid}`);
+        assert.deepEqual(
+          events.map((e) => `${e.kind} ${who(e.pid)}`),
+          ['before-sleep w1', 'before-sleep w2', 'after-sleep w2'],
+        );
+        assert.ok((events[1] as JournalEvent).at >= wakeAt, 'the replay ran after the wake-up time');
+        const log = await second.api.log(job.id);
+        assert.ok(log.includes('waiting>queued:wait over'), log.join('\n'));
+      });
+    });
+
+    it('a signal sent through server A wakes a job run next to server B; the handler gets its payload', { timeout: 40_000 }, async () => {
+      await withDeployment(store, 'signal', async (d) => {
+        const a = await d.server('A');
+        // B serves the API and runs the only worker of the deployment.
+        const b = await d.server('B', 'dev');
+        const journal = d.journal('signal');
+        const job = await b.api.submit('wfe.approval', { journal });
+        const waiting = await b.api.until(job.id, (s) => s.status === 'waiting', 'the job to wait for its signal');
+        assert.deepEqual(waiting.waitingFor, { kind: 'signal', name: 'approval', failFast: false });
+        const sent = await a.api.signal(job.id, 'approval', { by: 'alice', amount: 42 });
+        assert.equal(sent.status, 202);
+        assert.deepEqual(sent.body, { jobId: job.id, name: 'approval', resumed: true });
+        const done = await b.api.settled(job.id);
+        assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+        assert.deepEqual(done.result, { approved: { by: 'alice', amount: 42 } });
+        const events = readJournal(journal);
+        assert.deepEqual(
+          events.map((e) => e.kind),
+          ['before-wait', 'before-wait', 'signalled'],
+        );
+        assert.ok(
+          events.every((e) => e.pid === b.proc.pid),
+          'B ran the job, before and after the signal',
+        );
+        assert.ok((await a.api.log(job.id)).includes('waiting>queued:signal approval'));
+      });
+    });
+
+    it("a signal wait that times out takes the handler's WaitTimeoutError path", { timeout: 30_000 }, async () => {
+      await withDeployment(store, 'wait-timeout', async (d) => {
+        const { api } = await d.server();
+        await d.worker('w', 2);
+        const journal = d.journal('wait-timeout');
+        const job = await api.submit('wfe.approval', { journal, timeoutMs: 800 });
+        await api.until(job.id, (s) => s.status === 'waiting', 'the job to wait for its signal');
+        const done = await api.settled(job.id);
+        assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+        assert.deepEqual(done.result, { timedOut: 'WAIT_TIMEOUT', name: 'WaitTimeoutError' });
+        assert.deepEqual(
+          readJournal(journal).map((e) => e.kind),
+          ['before-wait', 'before-wait', 'timed-out'],
+        );
+        const log = await api.transitions(job.id);
+        const waited = log.find((t) => t.to === 'waiting');
+        const woke = log.find((t) => t.from === 'waiting');
+        assert.equal(woke?.reason, 'wait over');
+        assert.ok(Date.parse(woke?.at as string) - Date.parse(waited?.at as string) >= 800, 'woken at the deadline, not before');
+        // Over: a late signal is refused.
+        const late = await api.signal(job.id, 'approval', { by: 'late' }, [409]);
+        assert.equal(late.body.code, 'JOB_ENDED');
       });
     });
   });
