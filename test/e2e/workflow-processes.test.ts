@@ -299,7 +299,12 @@ async function withDeployment(store: StoreTarget, name: string, fn: (d: Deployme
   try {
     await fn(d);
   } catch (err) {
-    for (const p of d.procs) (err as Error).message += `\n${p.output()}`;
+    // The reporter prints the stack, which holds the message as it was when the error was made.
+    const extra = d.procs.map((p) => `\n${p.output()}`).join('');
+    if (err instanceof Error) {
+      err.message += extra;
+      if (err.stack) err.stack += extra;
+    }
     throw err;
   } finally {
     await d.killAll();
@@ -333,7 +338,8 @@ for (const store of STORES) {
         assert.equal(last.status, 'succeeded', JSON.stringify(last.error));
         if ((last.result as { succeeded?: number }).succeeded !== count) {
           const failed = await api.list(`parentId=${parent.id}&status=failed,cancelled&limit=3`);
-          assert.fail(`not every child succeeded: ${JSON.stringify(last.result)}; for instance: ${JSON.stringify(failed.map((c) => [c.status, c.error, c.attempts]))}`);
+          const first = failed[0] ? await api.transitions(failed[0].id) : [];
+          assert.fail(`not every child succeeded: ${JSON.stringify(last.result)}; for instance: ${JSON.stringify(failed.map((c) => [c.status, c.error, c.attempts]))}; log of the first: ${JSON.stringify(first)}`);
         }
         assert.deepEqual(last.result, { total: count, succeeded: count, read: count, sum: (count * (count - 1)) / 2 });
         // The parent's own aggregate: the share of its children that ended, while it waits.
