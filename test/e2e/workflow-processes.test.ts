@@ -204,7 +204,11 @@ async function followSse(base: string, id: string, timeoutMs: number): Promise<F
       for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
         const block = buffer.slice(0, end);
         buffer = buffer.slice(end + 2);
-        const field = (name: string) => block.split('\n').find((l) => l.startsWith(`${name}: `))?.slice(name.length + 2);
+        const field = (name: string) =>
+          block
+            .split('\n')
+            .find((l) => l.startsWith(`${name}: `))
+            ?.slice(name.length + 2);
         const data = field('data');
         const event = field('event');
         if (data === undefined || event === undefined) continue;
@@ -216,7 +220,9 @@ async function followSse(base: string, id: string, timeoutMs: number): Promise<F
     return frames;
   } catch (err) {
     if (controller.signal.aborted) {
-      throw new Error(`the stream of job ${id} did not end within ${timeoutMs} ms; last frames: ${JSON.stringify(frames.slice(-3).map((f) => [f.event, f.snapshot.status, f.snapshot.progress.percent]))}`);
+      throw new Error(
+        `the stream of job ${id} did not end within ${timeoutMs} ms; last frames: ${JSON.stringify(frames.slice(-3).map((f) => [f.event, f.snapshot.status, f.snapshot.progress.percent]))}`,
+      );
     }
     throw err;
   } finally {
@@ -260,7 +266,11 @@ class Deployment {
 
   /** `longhaul worker`; resolves once it runs. */
   async worker(label = 'worker', concurrency = 10): Promise<LhProcess> {
-    const proc = new LhProcess(['worker', '--tasks', TASKS, '--concurrency', String(concurrency), '--drain-ms', '0'], this.env, `${this.name}/${label}#${++this.n}`);
+    const proc = new LhProcess(
+      ['worker', '--tasks', TASKS, '--concurrency', String(concurrency), '--drain-ms', '0'],
+      this.env,
+      `${this.name}/${label}#${++this.n}`,
+    );
     this.procs.push(proc);
     await proc.waitOutput(/longhaul worker running/, 'running');
     return proc;
@@ -339,14 +349,19 @@ for (const store of STORES) {
         if ((last.result as { succeeded?: number }).succeeded !== count) {
           const failed = await api.list(`parentId=${parent.id}&status=failed,cancelled&limit=3`);
           const first = failed[0] ? await api.transitions(failed[0].id) : [];
-          assert.fail(`not every child succeeded: ${JSON.stringify(last.result)}; for instance: ${JSON.stringify(failed.map((c) => [c.status, c.error, c.attempts]))}; log of the first: ${JSON.stringify(first)}`);
+          assert.fail(
+            `not every child succeeded: ${JSON.stringify(last.result)}; for instance: ${JSON.stringify(failed.map((c) => [c.status, c.error, c.attempts]))}; log of the first: ${JSON.stringify(first)}`,
+          );
         }
         assert.deepEqual(last.result, { total: count, succeeded: count, read: count, sum: (count * (count - 1)) / 2 });
         // The parent's own aggregate: the share of its children that ended, while it waits.
         const percents = frames
           .filter((f) => f.snapshot.status === 'waiting' && f.snapshot.progress.stage === 'children' && f.snapshot.progress.percent !== null)
           .map((f) => f.snapshot.progress.percent as number);
-        assert.ok(new Set(percents).size >= 3, `distinct aggregate percents over SSE: ${percents.join(", ")}; frames: ${frames.map((f) => `${f.event}:${f.snapshot.status}:${f.snapshot.progress.percent}@${f.snapshot.progress.updatedAt}`).join(" ")}`);
+        assert.ok(
+          new Set(percents).size >= 3,
+          `distinct aggregate percents over SSE: ${percents.join(', ')}; frames: ${frames.map((f) => `${f.event}:${f.snapshot.status}:${f.snapshot.progress.percent}@${f.snapshot.progress.updatedAt}`).join(' ')}`,
+        );
         assert.ok(
           percents.every((p, i) => i === 0 || p >= (percents[i - 1] as number)),
           `the aggregate never goes back: ${percents.join(', ')}`,
@@ -375,7 +390,11 @@ for (const store of STORES) {
         assert.equal(done.status, 'failed');
         assert.equal(done.error?.code, 'CHILD_FAILED', JSON.stringify(done.error));
         // Cancelling a running child is a request its handler answers: wait for every child to end.
-        const ended = await api.until(parent.id, (s) => (s.children?.byState.cancelled ?? 0) + (s.children?.byState.succeeded ?? 0) + (s.children?.byState.failed ?? 0) === 8, 'every child to end');
+        const ended = await api.until(
+          parent.id,
+          (s) => (s.children?.byState.cancelled ?? 0) + (s.children?.byState.succeeded ?? 0) + (s.children?.byState.failed ?? 0) === 8,
+          'every child to end',
+        );
         assert.deepEqual(
           { succeeded: ended.children?.byState.succeeded, failed: ended.children?.byState.failed, cancelled: ended.children?.byState.cancelled },
           { succeeded: 2, failed: 1, cancelled: 5 },
@@ -415,7 +434,9 @@ for (const store of STORES) {
       });
     });
 
-    it('a pipeline whose worker is SIGKILLed in stage 2 resumes in stage 2 on another worker with stage 1 output; stage 1 does not run again', { timeout: 40_000 }, async () => {
+    it('a pipeline whose worker is SIGKILLed in stage 2 resumes in stage 2 on another worker with stage 1 output; stage 1 does not run again', {
+      timeout: 40_000,
+    }, async () => {
       await withDeployment(store, 'pipeline', async (d) => {
         const { api } = await d.server();
         const w1 = await d.worker('w1', 2);
@@ -482,7 +503,16 @@ for (const store of STORES) {
         // must be idempotent); each compensation completed once, two before one.
         assert.deepEqual(
           readJournal(journal).map((e) => `${e.kind} ${e.step} ${who(e.pid)}`),
-          ['run one w1', 'run two w1', 'run three w1', 'compensate-start two w1', 'compensate-start two w2', 'compensated two w2', 'compensate-start one w2', 'compensated one w2'],
+          [
+            'run one w1',
+            'run two w1',
+            'run three w1',
+            'compensate-start two w1',
+            'compensate-start two w2',
+            'compensated two w2',
+            'compensate-start one w2',
+            'compensated one w2',
+          ],
         );
         const log = await api.log(job.id);
         const reaped = log.findIndex((l) => l.includes('heartbeat lost'));

@@ -741,7 +741,7 @@ describe('nextInOrder: what a stream sends after the last snapshot it sent', () 
     assert.equal((nextInOrder(running, snap({ updated: 200, attempts: 2, percent: 0, progressAt: null })) as JobSnapshot).progress.percent, 0);
   });
 
-  it("a waiting parent read again with more children done is a change, though its times are the same", () => {
+  it('a waiting parent read again with more children done is a change, though its times are the same', () => {
     // Without a channel (SQLite, server and workers in separate processes) a stream follows a
     // parent by reading it: its aggregate progress is computed at each read and stamped with the
     // parent's own updatedAt, which does not move while its children run.

@@ -30,7 +30,15 @@ describe('lease upkeep: heartbeats', () => {
     finished.outcome = { stat: 'succeeded' } as unknown as Outcome;
     attempts.add(running);
     attempts.add(finished);
-    const upkeep = new LeaseUpkeep({ store, bus: new JobBus(), log: pino({ level: 'silent' }), clock: () => 1_000, workerId: 'w', attempts, heartbeatIntervalMs: 250 });
+    const upkeep = new LeaseUpkeep({
+      store,
+      bus: new JobBus(),
+      log: pino({ level: 'silent' }),
+      clock: () => 1_000,
+      workerId: 'w',
+      attempts,
+      heartbeatIntervalMs: 250,
+    });
     await upkeep.heartbeat();
     assert.deepEqual(beats, [['running', 'finished']]);
     assert.equal(finished.nextHeartbeatAt, 1_250, 'and the next one is scheduled');
