@@ -21,7 +21,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
 import { createTestDatabase } from '../support/postgres.js';
 
@@ -101,6 +101,7 @@ interface Snapshot {
   id: string;
   status: string;
   attempts: number;
+  input: unknown;
   result: unknown;
   error: (Record<string, unknown> & { code?: string; message?: string }) | null;
   progress: { percent: number | null; stage: string | null; itemsDone: number | null; itemsTotal: number | null; updatedAt: string | null };
@@ -327,6 +328,11 @@ function kinds(events: JournalEvent[], kind: string): JournalEvent[] {
   return events.filter((e) => e.kind === kind);
 }
 
+before(() => {
+  // The processes run the built CLI, and the fixture tasks import dist/index.js.
+  assert.ok(existsSync(BIN), `${BIN} is missing: run \`npm run build\` first`);
+});
+
 after(async () => {
   await killAllChildren();
 });
@@ -401,7 +407,7 @@ for (const store of STORES) {
           { succeeded: ended.children?.byState.succeeded, failed: ended.children?.byState.failed, cancelled: ended.children?.byState.cancelled },
           { succeeded: 2, failed: 1, cancelled: 5 },
         );
-        const byN = new Map((await api.children(parent.id)).map((c) => [(c as unknown as { input: { n: number } }).input.n, c]));
+        const byN = new Map((await api.children(parent.id)).map((c) => [(c.input as { n: number }).n, c]));
         assert.equal(byN.get(3)?.error?.code, 'CHILD_BROKE');
         for (const n of held) assert.equal(byN.get(n)?.status, 'cancelled', `child ${n}`);
         // Every held sibling was running and heard its ctx.signal.
