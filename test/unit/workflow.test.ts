@@ -8,7 +8,6 @@ import { describe, it } from 'node:test';
 import { JobBus } from '../../src/channel/bus.js';
 import { FatalError } from '../../src/core/errors.js';
 import type { JobRecord } from '../../src/core/job.js';
-import { EMPTY_PROGRESS } from '../../src/core/progress.js';
 import { canTransition } from '../../src/core/states.js';
 import { COMPENSATION_EXTRA_ATTEMPTS, eventsOf, reapLostWorker, suspend } from '../../src/core/transitions.js';
 import { aggregateProgress, emptyWorkflow, NEVER, readWorkflow, type WorkflowState } from '../../src/core/workflow.js';
@@ -16,47 +15,12 @@ import type { Store } from '../../src/store/store.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { Suspended, type WorkflowHost, WorkflowRun } from '../../src/workflow/run.js';
 
+import { runningJob } from '../support/job-record.js';
+
 const NOW = 1_700_000_000_000;
 
 function job(overrides: Partial<JobRecord> = {}): JobRecord {
-  return {
-    id: 'j1',
-    tenant: 't',
-    type: 'x',
-    state: 'running',
-    priority: 'normal',
-    input: null,
-    metadata: null,
-    result: null,
-    error: null,
-    attempts: 1,
-    maxAttempts: 3,
-    lease: 4,
-    workerId: 'w1',
-    cancelRequested: false,
-    cancelReason: null,
-    cancelRequestedAt: null,
-    stalled: false,
-    parentId: null,
-    createdAt: NOW,
-    startedAt: NOW,
-    finishedAt: null,
-    updatedAt: NOW,
-    runAt: NOW,
-    expiresAt: null,
-    heartbeatAt: NOW,
-    timeoutMs: null,
-    heartbeatTimeoutMs: 30_000,
-    stallTimeoutMs: null,
-    resultTtlMs: 1000,
-    checkpoint: null,
-    idempotencyKey: null,
-    progress: EMPTY_PROGRESS,
-    workflow: null,
-    wait: null,
-    childrenTotal: 0,
-    ...overrides,
-  };
+  return runningJob(NOW, overrides);
 }
 
 describe('the suspend transition', () => {
