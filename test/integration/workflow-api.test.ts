@@ -109,7 +109,10 @@ for (const target of TARGETS) {
       const changed: Array<{ id: string; from: JobState; to: JobState; reason: string }> = [];
       const requested: Array<{ id: string; reason: string }> = [];
       const offs = [h.lh.bus.on('job:changed', (e) => changed.push(e)), h.lh.bus.on('job:cancel-requested', (e) => requested.push(e))];
-      return { changed, requested, stop: () => offs.forEach((off) => off()) };
+      const stop = () => {
+        for (const off of offs) off();
+      };
+      return { changed, requested, stop };
     }
 
     /** The tenant's jobs by state (nothing runs on its own here, so a difference is what a request did). */
