@@ -6,11 +6,13 @@ export type { Channel, ChannelHandlers, Envelope } from './channel/channel.js';
 export { DEFAULTS, type LonghaulConfig, resolveConfig } from './config.js';
 export { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './core/backoff.js';
 export {
+  BatchItemError,
   classifyError,
   FatalError,
   IdempotencyConflictError,
   InputValidationError,
   InvalidOptionsError,
+  JobEndedError,
   type JobError,
   JobNotFoundError,
   JobStateConflictError,
