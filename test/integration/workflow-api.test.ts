@@ -16,7 +16,7 @@ import { emptyWorkflow, NEVER, type WaitCondition } from '../../src/core/workflo
 import type { NewJob } from '../../src/store/store.js';
 import { cancelChildren } from '../../src/workflow/cancel-children.js';
 import { newJob } from '../contract/store-contract/fixtures.js';
-import { call, type Harness, KEY_B, problemOf, startHarness } from '../support/http-harness.js';
+import { call, type Harness, KEY_A, KEY_B, problemOf, startHarness } from '../support/http-harness.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 
 /** The harness's API key KEY_A is this tenant's. */
@@ -113,6 +113,30 @@ for (const target of TARGETS) {
         for (const off of offs) off();
       };
       return { changed, requested, stop };
+    }
+
+    /** The first snapshot frame of the job's SSE stream. */
+    async function firstSseSnapshot(id: string): Promise<JobSnapshot> {
+      const ctrl = new AbortController();
+      const res = await fetch(`${h.base}/v1/jobs/${id}/events`, { headers: { authorization: `Bearer ${KEY_A}` }, signal: ctrl.signal });
+      assert.equal(res.status, 200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          assert.ok(!done, `the stream ended before a snapshot: ${text}`);
+          text += decoder.decode(value, { stream: true });
+          // Only whole frames (ended by a blank line) are read: a chunk may end mid-line.
+          for (const frame of text.split('\n\n').slice(0, -1)) {
+            const data = frame.split('\n').find((l) => l.startsWith('data: '));
+            if (data) return JSON.parse(data.slice(6)) as JobSnapshot;
+          }
+        }
+      } finally {
+        ctrl.abort();
+      }
     }
 
     /** The tenant's jobs by state (nothing runs on its own here, so a difference is what a request did). */
@@ -297,6 +321,7 @@ for (const target of TARGETS) {
         const watch = h.lh.watch(parent.id);
         assert.deepEqual((await watch.next()).value?.children, expected);
         await watch.return(undefined);
+        assert.deepEqual((await firstSseSnapshot(parent.id)).children, expected);
 
         // A child that runs changes the counts.
         const [c] = await claim((children[0] as NewJob).type);
