@@ -218,7 +218,14 @@ for (const target of TARGETS) {
 
     describe('batches', () => {
       it('POST /v1/batches and an array to POST /v1/jobs: 202 with every snapshot, in order', async () => {
-        const res = await call(h.base, '/v1/batches', { body: { jobs: [{ type: 't.quick', input: { n: 1 } }, { type: 't.quick', input: { n: 2 }, priority: 'high' }] } });
+        const res = await call(h.base, '/v1/batches', {
+          body: {
+            jobs: [
+              { type: 't.quick', input: { n: 1 } },
+              { type: 't.quick', input: { n: 2 }, priority: 'high' },
+            ],
+          },
+        });
         assert.equal(res.status, 202, res.text);
         assert.equal(res.json.jobs.length, 2);
         assert.deepEqual(
@@ -231,7 +238,9 @@ for (const target of TARGETS) {
         for (const j of res.json.jobs) assert.equal((await call(h.base, `/v1/jobs/${j.id}`)).json.id, j.id);
         assert.equal(res.headers.get('location'), null, 'a batch has no one Location');
 
-        const arr = await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }, { type: 't.schema', input: { n: 3 } }, { type: 't.quick', delayMs: 60_000 }] });
+        const arr = await call(h.base, '/v1/jobs', {
+          body: [{ type: 't.quick' }, { type: 't.schema', input: { n: 3 } }, { type: 't.quick', delayMs: 60_000 }],
+        });
         assert.equal(arr.status, 202, arr.text);
         assert.deepEqual(
           arr.json.jobs.map((j: JobSnapshot) => [j.type, j.status]),
@@ -247,22 +256,44 @@ for (const target of TARGETS) {
         const before = await tenantCounts();
         const unknown = problemOf(await call(h.base, '/v1/batches', { body: { jobs: [{ type: 't.quick' }, { type: 'no.such' }] } }), 422, 'UNKNOWN_TASK');
         assert.match(String(unknown.detail), /^jobs\[1\]: unknown task type "no\.such"/);
-        const input = problemOf(await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }, { type: 't.quick' }, { type: 't.schema', input: { n: 0 } }] }), 422, 'INVALID_INPUT');
+        const input = problemOf(
+          await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }, { type: 't.quick' }, { type: 't.schema', input: { n: 0 } }] }),
+          422,
+          'INVALID_INPUT',
+        );
         assert.match(String(input.detail), /^jobs\[2\]: /);
-        assert.ok((input.errors as Array<{ path: string }>).every((e) => e.path.startsWith('jobs[2]')), JSON.stringify(input.errors));
-        const shape = problemOf(await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }, { type: 't.quick', priority: 'urgent' }] }), 400, 'INVALID_REQUEST');
+        assert.ok(
+          (input.errors as Array<{ path: string }>).every((e) => e.path.startsWith('jobs[2]')),
+          JSON.stringify(input.errors),
+        );
+        const shape = problemOf(
+          await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }, { type: 't.quick', priority: 'urgent' }] }),
+          400,
+          'INVALID_REQUEST',
+        );
         assert.deepEqual(shape.errors, [{ path: 'jobs[1].priority', message: 'must be one of critical, high, normal, low' }]);
-        problemOf(await call(h.base, '/v1/batches', { body: { jobs: [{ type: 't.quick' }, { type: 't.quick', input: 'a\u0000' }] } }), 422, 'UNSTORABLE_STRING');
+        problemOf(
+          await call(h.base, '/v1/batches', { body: { jobs: [{ type: 't.quick' }, { type: 't.quick', input: 'a\u0000' }] } }),
+          422,
+          'UNSTORABLE_STRING',
+        );
         problemOf(await call(h.base, '/v1/batches', { body: { jobs: [] } }), 400, 'INVALID_REQUEST');
         problemOf(await call(h.base, '/v1/batches', { body: { jobs: [{ type: 't.quick' }], extra: 1 } }), 400, 'INVALID_REQUEST');
-        const big = problemOf(await call(h.base, '/v1/batches', { body: { jobs: Array.from({ length: 1001 }, () => ({ type: 't.quick' })) } }), 413, 'BATCH_TOO_LARGE');
+        const big = problemOf(
+          await call(h.base, '/v1/batches', { body: { jobs: Array.from({ length: 1001 }, () => ({ type: 't.quick' })) } }),
+          413,
+          'BATCH_TOO_LARGE',
+        );
         assert.match(String(big.detail), /at most 1000 jobs/);
         assert.deepEqual(await tenantCounts(), before);
       });
 
       it('one Idempotency-Key for the batch: the same batch answers the same jobs (200, replayed); a different one is a conflict that creates nothing', async () => {
         const key = `batch-${randomUUID()}`;
-        const jobs = [{ type: 't.quick', input: { a: 1 } }, { type: 't.schema', input: { n: 2 } }];
+        const jobs = [
+          { type: 't.quick', input: { a: 1 } },
+          { type: 't.schema', input: { n: 2 } },
+        ];
         const first = await call(h.base, '/v1/batches', { body: { jobs }, headers: { 'idempotency-key': key } });
         assert.equal(first.status, 202, first.text);
         const again = await call(h.base, '/v1/jobs', { body: jobs, headers: { 'idempotency-key': key } });
@@ -278,7 +309,11 @@ for (const target of TARGETS) {
         problemOf(await call(h.base, '/v1/batches', { body: { jobs: [jobs[0]] }, headers: { 'idempotency-key': key } }), 422, 'IDEMPOTENCY_CONFLICT');
         assert.deepEqual(await tenantCounts(), before);
         // A longer batch under the same key: its extra job is withdrawn (cancelled), nothing is left to run.
-        problemOf(await call(h.base, '/v1/batches', { body: { jobs: [...jobs, { type: 't.quick' }] }, headers: { 'idempotency-key': key } }), 422, 'IDEMPOTENCY_CONFLICT');
+        problemOf(
+          await call(h.base, '/v1/batches', { body: { jobs: [...jobs, { type: 't.quick' }] }, headers: { 'idempotency-key': key } }),
+          422,
+          'IDEMPOTENCY_CONFLICT',
+        );
         const after = await tenantCounts();
         assert.deepEqual({ ...after, cancelled: before.cancelled }, before);
         // The key of a batch is not the key of a single job.
@@ -378,7 +413,12 @@ for (const target of TARGETS) {
       it('a running parent: a cancel request on it, and its children cancelled', async () => {
         const { parent, children } = await parentWith(2);
         // Woken and claimed again: running, with children.
-        assert.deepEqual(await h.lh.store.transition({ items: [{ id: parent.id, from: 'waiting', to: 'queued', reason: 'test', at: Date.now(), patch: { runAt: Date.now() } }] }), [true]);
+        assert.deepEqual(
+          await h.lh.store.transition({
+            items: [{ id: parent.id, from: 'waiting', to: 'queued', reason: 'test', at: Date.now(), patch: { runAt: Date.now() } }],
+          }),
+          [true],
+        );
         const [again] = await claim(parent.type);
         assert.equal(again?.childrenTotal, 2);
         const snap = await h.lh.cancel(parent.id, { tenant: TENANT });
@@ -400,27 +440,34 @@ for (const target of TARGETS) {
   });
 }
 
-describe('workflow API: the queue limit applies to a batch as a whole', () => {
-  let h: Harness;
-  before(async () => {
-    h = await startHarness({ worker: false, maxQueued: 5 });
-  });
-  after(async () => {
-    await h?.close();
-  });
+for (const target of TARGETS) {
+  describe(`workflow API on ${target.name}: the queue limit applies to a batch as a whole`, () => {
+    let h: Harness;
+    before(async () => {
+      h = await target.start({ maxQueued: 5 });
+    });
+    after(async () => {
+      await h?.close();
+      await target.cleanup();
+    });
 
-  it('503 for a batch that does not fit, nothing created; a replay of a stored batch still answers', async () => {
-    const key = `full-${randomUUID()}`;
-    const four = Array.from({ length: 4 }, (_, n) => ({ type: 't.quick', input: { n } }));
-    assert.equal((await call(h.base, '/v1/batches', { body: { jobs: four }, headers: { 'idempotency-key': key } })).status, 202);
-    const full = problemOf(await call(h.base, '/v1/batches', { body: { jobs: [{ type: 't.quick' }, { type: 't.quick' }] } }), 503, 'QUEUE_FULL');
-    assert.ok(full);
-    assert.equal((await h.lh.store.countByState({})).queued, 4, 'nothing of the refused batch was created');
-    assert.equal((await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }] })).status, 202, 'one more fits');
-    problemOf(await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }] }), 503, 'QUEUE_FULL');
-    const replay = await call(h.base, '/v1/batches', { body: { jobs: four }, headers: { 'idempotency-key': key } });
-    assert.equal(replay.status, 200, replay.text);
-    problemOf(await call(h.base, '/v1/batches', { body: { jobs: [...four, { type: 't.quick' }] }, headers: { 'idempotency-key': key } }), 422, 'IDEMPOTENCY_CONFLICT');
-    assert.equal((await h.lh.store.countByState({})).queued, 5);
+    it('503 for a batch that does not fit, nothing created; a replay of a stored batch still answers', async () => {
+      const key = `full-${randomUUID()}`;
+      const four = Array.from({ length: 4 }, (_, n) => ({ type: 't.quick', input: { n } }));
+      assert.equal((await call(h.base, '/v1/batches', { body: { jobs: four }, headers: { 'idempotency-key': key } })).status, 202);
+      const full = problemOf(await call(h.base, '/v1/batches', { body: { jobs: [{ type: 't.quick' }, { type: 't.quick' }] } }), 503, 'QUEUE_FULL');
+      assert.ok(full);
+      assert.equal((await h.lh.store.countByState({})).queued, 4, 'nothing of the refused batch was created');
+      assert.equal((await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }] })).status, 202, 'one more fits');
+      problemOf(await call(h.base, '/v1/jobs', { body: [{ type: 't.quick' }] }), 503, 'QUEUE_FULL');
+      const replay = await call(h.base, '/v1/batches', { body: { jobs: four }, headers: { 'idempotency-key': key } });
+      assert.equal(replay.status, 200, replay.text);
+      problemOf(
+        await call(h.base, '/v1/batches', { body: { jobs: [...four, { type: 't.quick' }] }, headers: { 'idempotency-key': key } }),
+        422,
+        'IDEMPOTENCY_CONFLICT',
+      );
+      assert.equal((await h.lh.store.countByState({})).queued, 5);
+    });
   });
-});
+}
