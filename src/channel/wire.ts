@@ -60,7 +60,8 @@ export function isProgress(v: unknown): v is Progress {
     numOrNull(v.itemsTotal) &&
     strOrNull(v.message) &&
     numOrNull(v.eta) &&
-    strOrNull(v.updatedAt)
+    strOrNull(v.updatedAt) &&
+    (v.stagePercent === undefined || numOrNull(v.stagePercent))
   );
 }
 
@@ -96,7 +97,16 @@ function pick(event: RelayEventName, d: Obj): Obj {
       const progress =
         p === null
           ? null
-          : { percent: p.percent, stage: p.stage, itemsDone: p.itemsDone, itemsTotal: p.itemsTotal, message: p.message, eta: p.eta, updatedAt: p.updatedAt };
+          : {
+              percent: p.percent,
+              stage: p.stage,
+              itemsDone: p.itemsDone,
+              itemsTotal: p.itemsTotal,
+              message: p.message,
+              eta: p.eta,
+              updatedAt: p.updatedAt,
+              ...(p.stagePercent === undefined ? {} : { stagePercent: p.stagePercent }),
+            };
       return { id: d.id, tenant: d.tenant, progress };
     }
     case 'jobs:promoted':

@@ -7,10 +7,13 @@ import { escapeUnstorable } from './storable.js';
 /** Thrown by a handler: do not retry, the job goes straight to `failed`. */
 export class FatalError extends Error {
   readonly code: string;
-  constructor(message: string, options?: { code?: string; cause?: unknown }) {
+  /** More the job's error records (a saga's compensation, see core/workflow.ts). */
+  readonly details: Pick<JobError, 'compensated' | 'compensationFailed'> | undefined;
+  constructor(message: string, options?: { code?: string; cause?: unknown; details?: Pick<JobError, 'compensated' | 'compensationFailed'> }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'FatalError';
     this.code = options?.code ?? 'FATAL';
+    this.details = options?.details;
   }
 }
 
@@ -41,6 +44,30 @@ export interface JobError {
   message: string;
   code: string;
   retryable: boolean;
+  /** A saga whose step failed for good: its completed steps were all compensated. */
+  compensated?: boolean;
+  /** A saga whose compensation itself failed: which step's, and why (the steps before it were not compensated). */
+  compensationFailed?: { step: string; message: string };
+}
+
+/** A signal wait (ctx.waitFor) that timed out; the handler may catch it. */
+export class WaitTimeoutError extends Error {
+  readonly code = 'WAIT_TIMEOUT';
+  constructor(readonly signalName: string) {
+    super(`no signal "${signalName}" arrived before the wait's timeout`);
+    this.name = 'WaitTimeoutError';
+  }
+}
+
+/** ctx.spawn with failurePolicy 'fail-fast': a child failed (or was cancelled), its open siblings were cancelled. */
+export class ChildFailedError extends FatalError {
+  constructor(
+    readonly failed: number,
+    readonly cancelled: number,
+  ) {
+    super(`${failed + cancelled} child job(s) did not succeed (${failed} failed, ${cancelled} cancelled)`, { code: 'CHILD_FAILED' });
+    this.name = 'ChildFailedError';
+  }
 }
 
 export interface Classified {
@@ -78,7 +105,7 @@ function classifyRaw(err: unknown): Classified {
   if (err instanceof RetryableError) {
     return { error: { message: err.message, code: err.code, retryable: true }, ...(err.delayMs === undefined ? {} : { delayMs: err.delayMs }) };
   }
-  if (err instanceof FatalError) return { error: { message: err.message, code: err.code, retryable: false } };
+  if (err instanceof FatalError) return { error: { message: err.message, code: err.code, retryable: false, ...err.details } };
   if (err instanceof Error) {
     const code = typeof (err as { code?: unknown }).code === 'string' ? String((err as { code?: unknown }).code) : err.name || 'Error';
     const status = statusOf(err);

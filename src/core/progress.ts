@@ -11,6 +11,8 @@ export interface Progress {
   eta: number | null;
   /** ISO time of the last update; null before the first. */
   updatedAt: string | null;
+  /** In a task with stages: the running stage's own percent (`percent` is the whole job's, by stage weight). */
+  stagePercent?: number | null;
 }
 
 export interface ProgressUpdate {
@@ -19,6 +21,8 @@ export interface ProgressUpdate {
   itemsDone?: number;
   itemsTotal?: number;
   message?: string;
+  /** Set by the stage runner (task `stages`), not by handlers. */
+  stagePercent?: number;
 }
 
 export const EMPTY_PROGRESS: Progress = Object.freeze({
@@ -56,7 +60,7 @@ export function mergeProgress(current: Progress, update: ProgressUpdate | number
   else if ((u.itemsDone !== undefined || u.itemsTotal !== undefined) && itemsDone !== null && itemsTotal !== null && itemsTotal > 0) {
     percent = clampPercent((itemsDone / itemsTotal) * 100);
   }
-  return {
+  const merged: Progress = {
     percent,
     stage: text(u.stage, current.stage),
     itemsDone,
@@ -65,6 +69,10 @@ export function mergeProgress(current: Progress, update: ProgressUpdate | number
     eta: current.eta,
     updatedAt: new Date(at).toISOString(),
   };
+  // Present only in jobs with stages, so that other jobs' progress keeps its shape.
+  const stagePercent = u.stagePercent === undefined ? current.stagePercent : clampPercent(u.stagePercent);
+  if (stagePercent !== undefined) merged.stagePercent = stagePercent;
+  return merged;
 }
 
 /** Fraction done in [0, 1], or null when the job has not said. */

@@ -53,11 +53,11 @@ export interface TransitionParams {
 /** What a builder needs to know of a job. */
 export type JobRef = Pick<JobRecord, 'id' | 'state' | 'lease'>;
 /** What a job's announcements name. */
-export type JobIdentity = Pick<JobRecord, 'id' | 'tenant' | 'type'>;
+export type JobIdentity = Pick<JobRecord, 'id' | 'tenant' | 'type'> & { parentId?: string | null };
 
 /** The announcements of an applied write. */
 export type TransitionEvent =
-  | { name: 'job:changed'; data: { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string } }
+  | { name: 'job:changed'; data: { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string; parentId?: string } }
   | { name: 'job:cancel-requested'; data: { id: string; reason: string } };
 
 /** Why a cancel was asked for. */
@@ -238,6 +238,9 @@ export function suspend(job: JobRef, workerId: string, now: number, runAt: numbe
 
 type SweptJob = JobRef & Pick<JobRecord, 'workerId' | 'timeoutMs' | 'cancelReason'>;
 
+/** Attempts a compensating saga gets beyond its maxAttempts when its worker dies (see reapLostWorker). */
+export const COMPENSATION_EXTRA_ATTEMPTS = 3;
+
 /** running → cancelled for a job whose cancel request its handler cannot (or did not) honour. */
 export function forceCancel(job: SweptJob, now: number, why: 'drain' | 'heartbeat lost'): TransitionParams {
   const timeout = job.cancelReason === 'timeout';
@@ -260,9 +263,14 @@ export function forceCancel(job: SweptJob, now: number, why: 'drain' | 'heartbea
  * spent; cancelled when a cancel was asked for (no worker is left to honour it: requeueing would
  * run the job again, failing would report a crash instead of the cancel).
  */
-export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'maxAttempts' | 'cancelRequested'>, now: number): TransitionParams {
+export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'maxAttempts' | 'cancelRequested' | 'workflow'>, now: number): TransitionParams {
   if (job.cancelRequested) return forceCancel(job, now, 'heartbeat lost');
-  const d = decideAfterLostWorker(job.attempts, job.maxAttempts, now);
+  // A saga that was compensating when its worker died goes on compensating, even on its last
+  // attempt: failing it now would leave its completed steps done and not undone. A few extra
+  // attempts at most, so that a compensation that kills its process every time still ends.
+  const compensating = job.workflow?.compensation != null && job.workflow.compensation.failed === null;
+  const budget = compensating ? job.maxAttempts + COMPENSATION_EXTRA_ATTEMPTS : job.maxAttempts;
+  const d = decideAfterLostWorker(job.attempts, budget, now);
   return {
     id: job.id,
     from: 'running',
@@ -289,10 +297,9 @@ export function expireResult(job: Pick<JobRecord, 'id'>, now: number): Transitio
 
 /** The announcements of `write` once it applied: a change, and a cancel request when it records one. */
 export function eventsOf(job: JobIdentity, write: TransitionParams): TransitionEvent[] {
-  const changed: TransitionEvent = {
-    name: 'job:changed',
-    data: { id: job.id, tenant: job.tenant, type: job.type, from: write.from, to: write.to, reason: write.reason },
-  };
+  const data = { id: job.id, tenant: job.tenant, type: job.type, from: write.from, to: write.to, reason: write.reason };
+  // A child's changes name its parent, for the parent's fan-in (workflow/parents.ts).
+  const changed: TransitionEvent = { name: 'job:changed', data: job.parentId ? { ...data, parentId: job.parentId } : data };
   const request = write.patch?.cancelRequest;
   if (!request) return [changed];
   return [changed, { name: 'job:cancel-requested', data: { id: job.id, reason: request.reason } }];

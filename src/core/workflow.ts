@@ -10,6 +10,7 @@
  * Pure: no I/O.
  */
 import type { JobError } from './errors.js';
+import type { Progress } from './progress.js';
 
 /**
  * A waiting job's wake-up time when only its condition wakes it (children, or a signal without
@@ -84,4 +85,12 @@ export interface JobWait {
   name: string | null;
   /** Children: whether the first failed child wakes the parent. */
   failFast: boolean;
+}
+
+/** The aggregate progress of a parent with `total` children of which `ended` ended, `running` the percents of running ones known here. */
+export function aggregateProgress(total: number, ended: number, running: Iterable<number>, at: number): Progress {
+  let partial = 0;
+  for (const p of running) partial += Math.min(100, Math.max(0, p));
+  const percent = total === 0 ? 100 : Math.min(100, Math.round(((ended * 100 + partial) / total) * 100) / 100);
+  return { percent, stage: 'children', itemsDone: ended, itemsTotal: total, message: null, eta: null, updatedAt: new Date(at).toISOString() };
 }

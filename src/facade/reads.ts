@@ -8,7 +8,8 @@ import type { StoredResultFile } from '../blobs/results.js';
 import type { JobStats, JobTransition } from '../core/api-types.js';
 import { InvalidOptionsError, JobNotFoundError } from '../core/errors.js';
 import { type JobRecord, type JobSnapshot, toSnapshot } from '../core/job.js';
-import { isJobState, type JobState } from '../core/states.js';
+import { isJobState, isTerminal, type JobState } from '../core/states.js';
+import { aggregateProgress } from '../core/workflow.js';
 import { hasUnstorable } from '../core/storable.js';
 import type { JobQueueStore, ResultFileStore, SnapshotJson, WebhookOutboxStore, WorkflowStore } from '../store/store.js';
 
@@ -90,6 +91,13 @@ export async function withChildren(store: Pick<WorkflowStore, 'countChildren'>, 
   let total = 0;
   for (const n of Object.values(byState)) total += n;
   snap.children = { total, byState };
+  // A parent waiting for its children shows their progress: the share of them that ended (live
+  // streams add the percent of running ones, see workflow/parents.ts).
+  if (snap.status === 'waiting' && snap.waitingFor?.kind === 'children' && total > 0) {
+    let ended = 0;
+    for (const [state, n] of Object.entries(byState)) if (isTerminal(state as JobState)) ended += n;
+    snap.progress = aggregateProgress(total, ended, [], Date.parse(snap.updatedAt));
+  }
   return snap;
 }
 

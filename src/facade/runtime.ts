@@ -17,7 +17,11 @@ import { Sweeper } from '../sweeper/sweeper.js';
 import type { Task } from '../task-api/define.js';
 import { dispatchWebhookEvents, type WebhookConfig } from '../webhooks/service.js';
 import { Worker, type WorkerOptions } from '../worker/runtime.js';
+import { cancelChildren } from '../workflow/cancel-children.js';
+import { ParentTracker } from '../workflow/parents.js';
+import type { WorkerWorkflows } from '../worker/context.js';
 import type { LazyFiles } from './files.js';
+import { prepare } from './prepare.js';
 
 export interface StartWorkerOptions
   extends Partial<Pick<WorkerOptions, 'concurrency' | 'workerId' | 'pollIntervalMs' | 'cancelPollMs' | 'progressIntervalMs' | 'claimAhead' | 'claimedWaitMs'>> {
@@ -89,7 +93,7 @@ export interface RuntimeContext {
   readonly logger: Logger;
   readonly config: Pick<
     LonghaulConfig,
-    'sweepIntervalMs' | 'cancelDrainMs' | 'heartbeatIntervalMs' | 'heartbeatTimeoutMs' | 'resultTtlMs' | 'concurrency'
+    'sweepIntervalMs' | 'cancelDrainMs' | 'heartbeatIntervalMs' | 'heartbeatTimeoutMs' | 'resultTtlMs' | 'concurrency' | 'defaultMaxAttempts' | 'stallTimeoutMs'
   >;
   readonly webhookConfig: WebhookConfig;
   readonly files: LazyFiles;
@@ -109,9 +113,23 @@ export class Runtime {
   /** Relays this process's bus to and from the channel. */
   private readonly bridge: BusBridge | null;
   private isClosed = false;
+  /** Fan-in and parents' progress for the children this process ends or runs. */
+  private readonly parents: ParentTracker;
+  /** What ctx.spawn needs of this instance: children are checked like submissions, with the parent's tenant. */
+  private readonly workflows: WorkerWorkflows;
 
   constructor(private readonly ctx: RuntimeContext) {
     const { channel, store } = ctx;
+    this.parents = new ParentTracker({ store, bus: ctx.bus, log: ctx.logger.child({ component: 'workflows' }) });
+    this.parents.start();
+    this.workflows = {
+      prepareChild: (parent, spec, now) => {
+        if (typeof spec !== 'object' || spec === null) throw new TypeError('each child must be an object { type, input, ...options }');
+        const { type, input, ...options } = spec;
+        return prepare({ tasks: ctx.tasks, config: ctx.config }, type, input, { ...options, tenant: parent.tenant, parentId: parent.id }, now);
+      },
+      cancelChildren: (parentId, now, reason) => cancelChildren(store, ctx.bus, parentId, now, reason),
+    };
     this.bridge = channel
       ? connectBus(ctx.bus, channel, {
           // A progress too large for a NOTIFY arrives without its value: read it from the store.
@@ -205,6 +223,7 @@ export class Runtime {
     const worker = new Worker({
       store,
       bus,
+      workflows: this.workflows,
       tasks: new Map([...tasks, ...internalTasks.map((t) => [t.type, t] as const)]),
       files: {
         results: (job, onLeaseLost, retry) => lazyResults(async () => (await files.open()).results(store, job, onLeaseLost, retry)),
@@ -272,6 +291,7 @@ export class Runtime {
     if (this.isClosed) return;
     await Promise.all([...this.workers].map((w) => w.stop(options.drainMs === undefined ? {} : { drainMs: options.drainMs })));
     await this.sweeper?.stop();
+    await this.parents.close();
     this.dispatchOff?.();
     await this.dispatching?.catch(() => {});
     this.isClosed = true;

@@ -10,6 +10,19 @@ const nullableString = { type: ['string', 'null'] } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
 const nullableTime = { type: ['string', 'null'], format: 'date-time' } as const;
 
+/** A job's error; a saga's also says whether its steps were compensated. */
+const errorProperties = {
+  message: { type: 'string' },
+  code: { type: 'string' },
+  retryable: { type: 'boolean' },
+  compensated: { type: 'boolean', description: 'a saga whose completed steps were all compensated' },
+  compensationFailed: {
+    type: 'object',
+    description: "a saga whose compensation failed: the step's name and why",
+    properties: { step: { type: 'string' }, message: { type: 'string' } },
+  },
+} as const;
+
 export const progressSchema = {
   type: 'object',
   properties: {
@@ -20,6 +33,7 @@ export const progressSchema = {
     message: nullableString,
     eta: { ...nullableNumber, description: 'estimated ms until done; null until meaningful' },
     updatedAt: nullableTime,
+    stagePercent: { ...nullableNumber, description: "tasks with stages: the running stage's own percent (percent is the whole job's, by stage weight)" },
   },
 } as const;
 
@@ -48,12 +62,12 @@ export const snapshotSchema = {
     error: {
       type: ['object', 'null'],
       description: 'why the job is retrying, failed or cancelled; null in every other status',
-      properties: { message: { type: 'string' }, code: { type: 'string' }, retryable: { type: 'boolean' } },
+      properties: errorProperties,
     },
     lastError: {
       type: ['object', 'null'],
       description: 'the error of the latest failed attempt (or cancel), kept while a new attempt runs and after a success',
-      properties: { message: { type: 'string' }, code: { type: 'string' }, retryable: { type: 'boolean' } },
+      properties: errorProperties,
     },
     attempts: { type: 'integer' },
     maxAttempts: { type: 'integer' },

@@ -10,11 +10,12 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
 import { expireResult, flagStalled, forceCancel, reapLostWorker, requestTimeout, type TransitionParams } from '../core/transitions.js';
-import type { JobQueueStore } from '../store/store.js';
+import type { JobQueueStore, WorkflowStore } from '../store/store.js';
+import { announceResumed } from '../workflow/signals.js';
 import { applyTransitions } from '../transitions/apply.js';
 
 export interface SweeperOptions {
-  store: JobQueueStore;
+  store: JobQueueStore & Pick<WorkflowStore, 'resumeStrandedParents'>;
   bus: JobBus;
   logger: Logger;
   /** Default 1000 ms. */
@@ -42,6 +43,8 @@ export interface SweepReport {
   forced: number;
   stalled: number;
   expired: number;
+  /** Parents queued again whose children had ended without it (see workflow/parents.ts). */
+  resumed: number;
 }
 
 export class Sweeper {
@@ -93,7 +96,7 @@ export class Sweeper {
   private async pass(): Promise<SweepReport> {
     const { store } = this.options;
     const now = this.clock();
-    const report: SweepReport = { promoted: 0, reaped: 0, timedOut: 0, forced: 0, stalled: 0, expired: 0 };
+    const report: SweepReport = { promoted: 0, reaped: 0, timedOut: 0, forced: 0, stalled: 0, expired: 0, resumed: 0 };
     if (this.options.everyPass) {
       try {
         await this.options.everyPass(now);
@@ -117,6 +120,11 @@ export class Sweeper {
 
     const stalled = await store.sweepCandidates({ kind: 'stalled', now, limit: this.batch });
     report.stalled = await this.apply(stalled, (job) => flagStalled(job, now));
+
+    // Parents whose children ended while no process could queue them again (a crash in between).
+    const stranded = await store.resumeStrandedParents({ at: now, limit: this.batch });
+    for (const r of stranded) announceResumed(this.options.bus, r, r.reason);
+    report.resumed = stranded.length;
 
     const expired = await store.sweepCandidates({ kind: 'expired', now, limit: this.batch });
     if (expired.length > 0 && this.options.expireFiles) await this.options.expireFiles(expired);

@@ -6,6 +6,9 @@ import { PRIORITIES, type Priority } from '../core/job.js';
 import type { ProgressUpdate } from '../core/progress.js';
 import type { InferInput, InputSchema } from './schema.js';
 import { compileJsonSchema, isStandardSchema } from './schema.js';
+import type { ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from '../workflow/run.js';
+
+export type { ChildOutcome, ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from '../workflow/run.js';
 
 export interface TaskJobInfo {
   id: string;
@@ -33,12 +36,59 @@ export interface TaskContext<C = unknown> {
   progress(update: ProgressUpdate | number): void;
   checkpoint: CheckpointHandle<C>;
   log: Logger;
-  /** Runs `fn` as a named stage (sets progress.stage first). */
+  /**
+   * Runs `fn` once as a named step: sets progress.stage, and saves its result (when it is JSON)
+   * in the job's journal, so that a run after a wait, a retry or a crash gets the saved result
+   * instead of running `fn` again. Names must be unique within a job.
+   */
   stage<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
+  /**
+   * Creates child jobs (one write, same tenant, `parentId` = this job) and suspends this job
+   * until they are all terminal; then resolves to their counts by state. With
+   * `failurePolicy: 'fail-fast'` (the default) the first child that fails or is cancelled
+   * wakes this job, its open siblings are cancelled and spawn throws ChildFailedError.
+   */
+  spawn(children: readonly ChildSpec[], options?: { failurePolicy?: FailurePolicy }): Promise<ChildrenSummary>;
+  /** Durable sleep: the job waits without a worker and runs again after `ms` (a restart changes nothing). */
+  sleep(ms: number): Promise<void>;
+  /** Durable sleep until a time. */
+  sleepUntil(time: Date | string | number): Promise<void>;
+  /**
+   * Waits without a worker for the signal `name` (POST /v1/jobs/{id}/signals/{name},
+   * `lh.signal()`); resolves to its JSON body. A signal sent before the wait is kept for it.
+   * With `timeoutMs`, throws WaitTimeoutError (code WAIT_TIMEOUT) when none came in time.
+   */
+  waitFor<T = unknown>(name: string, options?: { timeoutMs?: number }): Promise<T>;
+  /** The children this job spawned: counts and their results and errors, page by page. */
+  readonly children: ChildrenView;
   /** Result files of the job (blob storage; recorded on the job under this attempt's lease). */
   results: ResultsHandle;
   /** Files clients uploaded (POST /v1/uploads) for the job's tenant. */
   uploads: UploadsHandle;
+}
+
+/** One stage of a pipeline (`stages`): its output is saved when it succeeds and it never runs again. */
+export interface StageDefinition<I = unknown> {
+  name: string;
+  /** Its share of the job's percent, relative to the other stages. Default 1. */
+  weight?: number;
+  /** Time allowed per attempt of this stage (its ctx.signal fires, and the attempt fails with STAGE_TIMEOUT). */
+  timeoutMs?: number;
+  /** Attempts of this stage alone before the job fails (STAGE_FAILED). Default 3. */
+  maxAttempts?: number;
+  /** `previous` is the output of the stage before (undefined for the first). */
+  // biome-ignore lint/suspicious/noExplicitAny: a stage's ctx is a TaskContext with any checkpoint type
+  run(input: I, ctx: TaskContext<any>, previous: any): Promise<unknown> | unknown;
+}
+
+/** One step of a saga (`steps`): `compensate` undoes it when a later step fails for good. */
+export interface SagaStep<I = unknown> {
+  name: string;
+  // biome-ignore lint/suspicious/noExplicitAny: see StageDefinition
+  run(input: I, ctx: TaskContext<any>, previous: any): Promise<unknown> | unknown;
+  /** Undoes the step; `output` is what its run returned. Should be idempotent: a crash may run it again. */
+  // biome-ignore lint/suspicious/noExplicitAny: see StageDefinition
+  compensate?(input: I, ctx: TaskContext<any>, output: any): Promise<unknown> | unknown;
 }
 
 export interface TaskOptions<S extends InputSchema | undefined = undefined, R = unknown, C = unknown> {
@@ -60,7 +110,12 @@ export interface TaskOptions<S extends InputSchema | undefined = undefined, R = 
   heartbeatTimeoutMs?: number;
   /** Flag a running job as stalled when its progress has not moved for this long. null disables. */
   stallTimeoutMs?: number | null;
-  run(input: S extends undefined ? unknown : InferInput<S>, ctx: TaskContext<C>): Promise<R> | R;
+  /** A pipeline: the job runs these in order (instead of `run`) and its result is the last stage's output. */
+  stages?: ReadonlyArray<StageDefinition<S extends undefined ? unknown : InferInput<S>>>;
+  /** A saga: the job runs these in order (instead of `run`), compensating the done ones when one fails for good. */
+  steps?: ReadonlyArray<SagaStep<S extends undefined ? unknown : InferInput<S>>>;
+  /** The handler; give exactly one of run, stages and steps. */
+  run?(input: S extends undefined ? unknown : InferInput<S>, ctx: TaskContext<C>): Promise<R> | R;
 }
 
 export const TASK_BRAND: unique symbol = Symbol.for('longhaul.task');
@@ -79,8 +134,26 @@ export interface Task<R = unknown> {
   readonly heartbeatIntervalMs: number | undefined;
   readonly heartbeatTimeoutMs: number | undefined;
   readonly stallTimeoutMs: number | null | undefined;
+  readonly stages: readonly StageDefinition[] | undefined;
+  readonly steps: readonly SagaStep[] | undefined;
   // biome-ignore lint/suspicious/noExplicitAny: the handler's input type is erased once tasks are collected
-  readonly run: (input: any, ctx: TaskContext<any>) => Promise<R> | R;
+  readonly run: ((input: any, ctx: TaskContext<any>) => Promise<R> | R) | undefined;
+}
+
+/** Checks a pipeline's stages or a saga's steps. */
+function checkParts(type: string, what: 'stages' | 'steps', parts: ReadonlyArray<{ name?: unknown; run?: unknown; compensate?: unknown; weight?: unknown; timeoutMs?: unknown; maxAttempts?: unknown }>): void {
+  if (!Array.isArray(parts) || parts.length === 0) throw new TypeError(`task "${type}": ${what} must be a non-empty array`);
+  const names = new Set<string>();
+  for (const p of parts) {
+    if (typeof p?.name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(p.name)) throw new TypeError(`task "${type}": each of ${what} needs a name of 1–128 letters, digits and . _ : -`);
+    if (names.has(p.name)) throw new TypeError(`task "${type}": two ${what} are named "${p.name}"`);
+    names.add(p.name);
+    if (typeof p.run !== 'function') throw new TypeError(`task "${type}": ${what} "${p.name}" needs a run function`);
+    if (p.compensate !== undefined && typeof p.compensate !== 'function') throw new TypeError(`task "${type}": step "${p.name}": compensate must be a function`);
+    if (p.weight !== undefined && (typeof p.weight !== 'number' || !Number.isFinite(p.weight) || p.weight < 0)) throw new TypeError(`task "${type}": stage "${p.name}": weight must be a non-negative number`);
+    if (p.timeoutMs !== undefined && (typeof p.timeoutMs !== 'number' || !Number.isFinite(p.timeoutMs) || p.timeoutMs <= 0)) throw new TypeError(`task "${type}": stage "${p.name}": timeoutMs must be a positive number of ms`);
+    positiveInt(`stage "${p.name}" maxAttempts`, p.maxAttempts as number | undefined, type);
+  }
 }
 
 function positiveInt(name: string, value: number | undefined, type: string): void {
@@ -100,7 +173,11 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
   if (typeof type !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(type)) {
     throw new TypeError(`task type must be 1–128 characters of letters, digits and . _ : - (got ${JSON.stringify(type)})`);
   }
-  if (typeof options.run !== 'function') throw new TypeError(`task "${type}": run must be a function`);
+  const handlers = [options.run, options.stages, options.steps].filter((h) => h !== undefined).length;
+  if (handlers !== 1) throw new TypeError(`task "${type}": give exactly one of run, stages and steps`);
+  if (options.run !== undefined && typeof options.run !== 'function') throw new TypeError(`task "${type}": run must be a function`);
+  if (options.stages !== undefined) checkParts(type, 'stages', options.stages);
+  if (options.steps !== undefined) checkParts(type, 'steps', options.steps);
   positiveInt('maxAttempts', options.maxAttempts, type);
   positiveInt('concurrency', options.concurrency, type);
   positiveInt('checkpointVersion', options.checkpointVersion, type);
@@ -129,6 +206,8 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
     heartbeatIntervalMs: options.heartbeatIntervalMs,
     heartbeatTimeoutMs: options.heartbeatTimeoutMs,
     stallTimeoutMs: options.stallTimeoutMs,
+    stages: options.stages as readonly StageDefinition[] | undefined,
+    steps: options.steps as readonly SagaStep[] | undefined,
     run: options.run,
   });
 }

@@ -4,6 +4,7 @@ import { withAbortReason } from '../core/abort.js';
 import { csvImport } from './csv-import.js';
 import { defineTask } from '../task-api/define.js';
 import { reportGenerate } from './report-generate.js';
+import { exportShard, shardedExport } from './sharded-export.js';
 
 /**
  * `demo.sleep {steps = 20, stepMs = 250}`: sleeps step by step, reporting items done and a
@@ -36,5 +37,5 @@ export const demoSleep = defineTask<Record<string, unknown>, { steps: number; re
   },
 });
 
-/** demo.sleep, csv.import (docs/example-tasks.md) and report.generate. */
-export const exampleTasks = [demoSleep, csvImport, reportGenerate];
+/** demo.sleep, csv.import (docs/example-tasks.md), report.generate, and the workflow demo.export (docs/workflows.md). */
+export const exampleTasks = [demoSleep, csvImport, reportGenerate, shardedExport, exportShard];

@@ -8,7 +8,9 @@ export type AbortKind =
   /** the worker is shutting down; the job is handed back */
   | 'shutdown'
   /** this worker no longer holds the lease (reaped, or finished elsewhere) */
-  | 'lease-lost';
+  | 'lease-lost'
+  /** the handler waits (ctx.spawn, sleep, waitFor): the job is waiting, its handler runs again later */
+  | 'suspended';
 
 export class JobAbortedError extends Error {
   constructor(

@@ -8,6 +8,7 @@ import type { Task } from '../task-api/define.js';
 import { type AbortKind, AttemptAbort } from './abort.js';
 import type { LongTimer } from './long-timer.js';
 import type { Outcome } from './outcome.js';
+import type { WorkflowRun } from '../workflow/run.js';
 import type { ProgressReporter } from './progress-reporter.js';
 
 export interface Active {
@@ -27,6 +28,8 @@ export interface Active {
   started: boolean;
   /** performance.now() when this worker got it (for how long it waits for a slot). */
   claimedAt: number;
+  /** Its workflow journal and waits, made on first use (most jobs never wait). */
+  workflow: WorkflowRun | null;
 }
 
 export function newActive(job: JobRecord, task: Task, nextHeartbeatAt: number): Active {
@@ -41,6 +44,7 @@ export function newActive(job: JobRecord, task: Task, nextHeartbeatAt: number): 
     outcome: null,
     started: false,
     claimedAt: performance.now(),
+    workflow: null,
   };
 }
 

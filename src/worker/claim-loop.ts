@@ -139,6 +139,13 @@ export class ClaimLoop {
     this.schedulePump();
   }
 
+  /** An attempt that has nothing more to write: its job is waiting (suspended by its handler). */
+  release(active: Active): void {
+    active.settled = true;
+    this.attempts.forget(active.job);
+    this.schedulePump();
+  }
+
   /** A handler finished after `ms`: its slot goes to the next waiting job. */
   handlerDone(ms: number): void {
     this.ahead.handlerRan(ms);

@@ -15,12 +15,25 @@ import { FatalError, LeaseLostError } from '../core/errors.js';
 import { checkpointUsable } from '../core/lifecycle.js';
 import { findUnstorableInValue, unstorableMessage } from '../core/storable.js';
 import { runningNote } from '../core/transitions.js';
-import type { JobQueueStore } from '../store/store.js';
 import type { TaskContext } from '../task-api/define.js';
 import { applyTransition } from '../transitions/apply.js';
 import type { Active } from './attempt.js';
+import { childrenView, type WorkflowHost, WorkflowRun } from '../workflow/run.js';
+import type { NewJob, Store } from '../store/store.js';
+import type { JobRecord } from '../core/job.js';
+import type { ChildSpec } from '../workflow/run.js';
 import { ProgressReporter } from './progress-reporter.js';
 import { retryBudgetMs, type StoreWriteRetry, withStoreRetry } from './store-retry.js';
+import { storedResult } from './attempt-end.js';
+
+/** Whether the stored copy is the value itself as JSON (no Date, Map or class instance the copy would flatten). */
+function isDeepJson(value: unknown, copy: unknown): boolean {
+  if (value === null || typeof value !== 'object') return Object.is(value, copy) || (typeof value === 'number' && value === copy);
+  if (Array.isArray(value)) return Array.isArray(copy) && value.length === copy.length && value.every((v, i) => isDeepJson(v, (copy as unknown[])[i]));
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return false;
+  const keys = Object.keys(value);
+  return typeof copy === 'object' && copy !== null && keys.length === Object.keys(copy).length && keys.every((k) => isDeepJson((value as Record<string, unknown>)[k], (copy as Record<string, unknown>)[k]));
+}
 
 /** Blob storage for `ctx.results` and `ctx.uploads`; without it they throw BLOBS_UNAVAILABLE. */
 export interface WorkerFiles {
@@ -32,8 +45,15 @@ export interface WorkerFiles {
   uploads(tenant: string): UploadsHandle;
 }
 
+/** What spawning needs from the application (facade/runtime.ts); without it ctx.spawn throws. */
+export interface WorkerWorkflows {
+  prepareChild(parent: JobRecord, spec: ChildSpec, now: number): NewJob | Promise<NewJob>;
+  cancelChildren(parentId: string, now: number, reason: string): Promise<number>;
+}
+
 export interface ContextOptions {
-  store: JobQueueStore;
+  store: Store;
+  workflows: WorkerWorkflows | undefined;
   bus: JobBus;
   /** The worker's logger (a job's is its child). */
   log: Logger;
@@ -64,7 +84,8 @@ export class HandlerContexts {
       job.progress.updatedAt === null ? null : job.progress,
       { publishMs: this.o.progressPublishMs, persistMs: this.o.progressPersistMs },
       {
-        publish: (progress) => bus.emit('job:progress', { id: job.id, tenant: job.tenant, progress }),
+        publish: (progress) =>
+          bus.emit('job:progress', job.parentId ? { id: job.id, tenant: job.tenant, progress, parentId: job.parentId } : { id: job.id, tenant: job.tenant, progress }),
         persist: async (progress) => {
           const ok = await this.retryWrites(active)('progress', () => store.saveProgress({ id: job.id, lease: job.lease, progress, now: clock() }));
           if (!ok) active.abortState.abort('lease-lost');
@@ -81,6 +102,16 @@ export class HandlerContexts {
     return usable === 'version-mismatch' || (usable === 'usable' && active.job.checkpoint?.corrupt === true);
   }
 
+  /** Writes a note in the running job's transition log (a saga's compensation steps); the lease lost aborts the attempt. */
+  async note(active: Active, reason: string): Promise<void> {
+    const { job } = active;
+    const ok = await this.retryWrites(active)('log note', () => applyTransition(this.o.store, this.o.bus, job, runningNote(job, this.o.workerId, this.o.clock(), reason)));
+    if (!ok) {
+      active.abortState.abort('lease-lost');
+      throw new LeaseLostError(job.id);
+    }
+  }
+
   /** Notes in the job's log why its checkpoint is ignored, then makes a ctx that starts over. */
   async makeAfterNote(active: Active): Promise<TaskContext> {
     const { job, task } = active;
@@ -91,6 +122,30 @@ export class HandlerContexts {
     return this.build(active, false);
   }
 
+  /** The attempt's workflow (journal and waits), made on first use. */
+  workflowOf(active: Active): WorkflowRun {
+    if (active.workflow) return active.workflow;
+    const { store, bus, clock, workerId, workflows } = this.o;
+    const { abortState } = active;
+    const retry = this.retryWrites(active);
+    const host: WorkflowHost = {
+      store,
+      bus,
+      clock,
+      workerId,
+      prepareChild: (parent, spec, now) => {
+        if (!workflows) throw new Error('ctx.spawn needs a worker started by Longhaul (lh.startWorker)');
+        return workflows.prepareChild(parent, spec, now);
+      },
+      cancelChildren: async (parentId, now, reason) => (workflows ? await workflows.cancelChildren(parentId, now, reason) : 0),
+      retry: (what, write) => retry(what, write),
+      onSuspended: () => abortState.abort('suspended'),
+      onLeaseLost: () => abortState.abort('lease-lost'),
+    };
+    active.workflow = new WorkflowRun(active.job, host);
+    return active.workflow;
+  }
+
   private build(active: Active, useCheckpoint: boolean): TaskContext {
     const { job, task, abortState } = active;
     const { store, clock, files } = this.o;
@@ -99,6 +154,7 @@ export class HandlerContexts {
     let log: Logger | undefined;
     let results: ResultsHandle | undefined;
     let uploads: UploadsHandle | undefined;
+    let childView: ReturnType<typeof childrenView> | undefined;
     const parentLog = this.o.log;
     const resultsHandle = (f: WorkerFiles) =>
       f.results(
@@ -147,7 +203,30 @@ export class HandlerContexts {
       },
       stage: async (name, fn) => {
         this.reporterOf(active).update({ stage: name });
-        return await fn();
+        const wf = this.workflowOf(active);
+        const key = `ctx:${name}`;
+        const saved = wf.journal.stages[key];
+        if (saved) return saved.output as Awaited<ReturnType<typeof fn>>;
+        const value = await wf.inScope(key, async () => await fn());
+        // Saved only when the store can keep it as it is; otherwise the step runs again next time.
+        const stored = storedResult(value);
+        if (stored.ok && (value === undefined || isDeepJson(value, stored.value))) {
+          wf.journal.stages[key] = { output: stored.value };
+          await wf.save();
+        }
+        return value;
+      },
+      spawn: (children, options) => this.workflowOf(active).spawn(children, options?.failurePolicy ?? 'fail-fast'),
+      sleep: (ms) => {
+        if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) return Promise.reject(new TypeError('sleep needs a non-negative number of ms'));
+        const wf = this.workflowOf(active);
+        return wf.sleepUntil(clock() + ms);
+      },
+      sleepUntil: (time) => this.workflowOf(active).sleepUntil(new Date(time).getTime()),
+      waitFor: async <T>(name: string, options?: { timeoutMs?: number }) => (await this.workflowOf(active).waitFor(name, options?.timeoutMs)) as T,
+      get children() {
+        childView ??= childrenView(store, job);
+        return childView;
       },
       // Made on first use, fenced by this attempt's lease: a refused record aborts the attempt.
       get results() {

@@ -62,7 +62,7 @@ export function decideOutcome(
   task: OutcomeTask,
   worker: OutcomeWorker,
   result: HandlerResult,
-  abort: Exclude<AbortKind, 'lease-lost'> | null,
+  abort: Exclude<AbortKind, 'lease-lost' | 'suspended'> | null,
   now: number,
   random: () => number = Math.random,
 ): Outcome {

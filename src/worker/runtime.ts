@@ -22,12 +22,15 @@ import type { Task } from '../task-api/define.js';
 import { type Active, Attempts, cancelKindOf, newActive } from './attempt.js';
 import { logFailedAttempt } from './attempt-end.js';
 import { ClaimLoop, type ClaimLoopHost } from './claim-loop.js';
-import { HandlerContexts, type WorkerFiles } from './context.js';
+import { HandlerContexts, type WorkerFiles, type WorkerWorkflows } from './context.js';
 import { LeaseUpkeep } from './lease-upkeep.js';
 import { sleepLong } from './long-timer.js';
+import type { TaskContext } from '../task-api/define.js';
+import { runSaga } from '../workflow/saga.js';
+import { runStages } from '../workflow/stages.js';
 import { decideOutcome, type HandlerResult, leftoverOutcome, type OutcomeWorker } from './outcome.js';
 
-export type { WorkerFiles } from './context.js';
+export type { WorkerFiles, WorkerWorkflows } from './context.js';
 
 export interface WorkerDefaults {
   heartbeatIntervalMs: number;
@@ -37,6 +40,8 @@ export interface WorkerDefaults {
 export interface WorkerOptions {
   store: Store;
   files?: WorkerFiles;
+  /** What ctx.spawn needs (building child rows, cancelling children); without it ctx.spawn throws. */
+  workflows?: WorkerWorkflows;
   bus: JobBus;
   tasks: ReadonlyMap<string, Task>;
   logger: Logger;
@@ -82,11 +87,13 @@ export interface WorkerStats {
   handedBack: number;
   /** Completions refused because the lease had moved on. */
   refused: number;
+  /** Attempts that ended with their job waiting (ctx.spawn, sleep, waitFor). */
+  suspended: number;
 }
 
 export class Worker {
   readonly id: string;
-  readonly stats: WorkerStats = { claimed: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, handedBack: 0, refused: 0 };
+  readonly stats: WorkerStats = { claimed: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, handedBack: 0, refused: 0, suspended: 0 };
   private readonly bus: JobBus;
   private readonly tasks: ReadonlyMap<string, Task>;
   private readonly log: Logger;
@@ -140,6 +147,7 @@ export class Worker {
     this.upkeep = new LeaseUpkeep({ ...shared, heartbeatIntervalMs: options.defaults.heartbeatIntervalMs });
     this.contexts = new HandlerContexts({
       store,
+      workflows: options.workflows,
       bus: this.bus,
       log: this.log,
       clock: this.clock,
@@ -223,7 +231,7 @@ export class Worker {
     const t0 = performance.now();
     try {
       const ctx = this.contexts.needsCheckpointNote(active) ? await this.contexts.makeAfterNote(active) : this.contexts.make(active);
-      const value = await task.run(job.input, ctx);
+      const value = await this.runHandler(active, ctx);
       result = { ok: true, value };
     } catch (error) {
       result = { ok: false, error };
@@ -233,12 +241,26 @@ export class Worker {
     active.timeoutTimer?.cancel();
     if (active.settled) return; // handed back at shutdown: the transition is already written
     const kind = active.abortState.kind;
-    if (active.reporter) await active.reporter.close(kind !== 'lease-lost');
+    if (active.reporter) await active.reporter.close(kind !== 'lease-lost' && kind !== 'suspended');
     if (kind === 'lease-lost') return this.loop.discard(active);
+    if (kind === 'suspended') {
+      // The job is waiting: store.suspend wrote (and announced) it; nothing more to write.
+      this.stats.suspended++;
+      return this.loop.release(active);
+    }
     const outcome = decideOutcome(job, task, this.self, result, kind, this.clock());
     const f = outcome.failure;
     if (f !== null) logFailedAttempt(this.log, job, f.thrown, f.error, f.next, f.runAt);
     this.loop.settle(active, outcome);
+  }
+
+  /** The task's handler, its pipeline (stages) or its saga (steps). */
+  private runHandler(active: Active, ctx: TaskContext): Promise<unknown> | unknown {
+    const { job, task } = active;
+    if (task.run) return task.run(job.input, ctx);
+    const wf = this.contexts.workflowOf(active);
+    if (task.stages) return runStages(task, job.input, ctx, wf);
+    return runSaga(task, job, job.input, ctx, wf, { note: (reason) => this.contexts.note(active, reason) });
   }
 
   // ---- shutdown --------------------------------------------------------------------------

@@ -103,7 +103,7 @@ describe('abort reasons', () => {
       const run = makeRun<{ step: number }>({ blobs });
       setTimeout(() => run.controller.abort(reason), 30);
       const t0 = performance.now();
-      await assert.rejects(async () => demoSleep.run({ steps: 5, stepMs: 5_000 }, run.ctx), (err: unknown) => err === reason);
+      await assert.rejects(async () => (demoSleep.run as NonNullable<typeof demoSleep.run>)({ steps: 5, stepMs: 5_000 }, run.ctx), (err: unknown) => err === reason);
       assert.ok(performance.now() - t0 < 2_000, 'stopped at the abort, not after the step');
     } finally {
       await blobs.destroy();

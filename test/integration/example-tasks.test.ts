@@ -377,7 +377,10 @@ describe('csv.import', () => {
     try {
       const { results: _r, uploads: _u, ...bare } = makeRun<CsvImportCheckpoint>({ blobs }).ctx;
       await assert.rejects(
-        async () => csvImport.run({ uploadId: 'u1' }, bare as unknown as Parameters<typeof csvImport.run>[1]),
+        async () => {
+          const run = csvImport.run as NonNullable<typeof csvImport.run>;
+          return run({ uploadId: 'u1' }, bare as unknown as Parameters<typeof run>[1]);
+        },
         (err: unknown) => err instanceof FatalError && err.code === 'BLOBS_UNAVAILABLE',
       );
     } finally {

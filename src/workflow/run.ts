@@ -1,0 +1,266 @@
+/**
+ * One attempt's workflow: the journal it reads and extends, and the waits a handler makes
+ * through its ctx (`spawn`, `sleep`, `waitFor`). A wait either finds its condition already met
+ * (in the journal, or a signal already sent) and returns, or suspends the job (the store's
+ * `suspend`: running → waiting, the worker slot freed) and throws `Suspended` to unwind the
+ * handler. When the job is queued again, the handler runs from the top, and every wait it
+ * reaches again returns from the journal.
+ *
+ * Waits are found again by key: the scope they run in (the handler's top level, a stage or a
+ * saga step) and their place in it. A handler must therefore reach its waits in the same order
+ * on every run (as with any replayed workflow); one that reaches a different kind of wait at a
+ * key fails with NONDETERMINISTIC_WORKFLOW instead of taking another wait's outcome.
+ */
+import type { JobBus } from '../channel/bus.js';
+import { ChildFailedError, FatalError, LeaseLostError, WaitTimeoutError } from '../core/errors.js';
+import type { JobRecord } from '../core/job.js';
+import { type JobState, TERMINAL_STATES } from '../core/states.js';
+import { suspend } from '../core/transitions.js';
+import { emptyWorkflow, NEVER, readWorkflow, type WaitCondition, type WaitEntry, type WorkflowState } from '../core/workflow.js';
+import type { JobQueueStore, NewJob, Store, SuspendResult } from '../store/store.js';
+import { announce } from '../transitions/apply.js';
+
+/** A child to spawn: a task type, its input and submit options (the tenant is the parent's). */
+export interface ChildSpec {
+  type: string;
+  input?: unknown;
+  priority?: NewJob['priority'];
+  metadata?: Record<string, unknown>;
+  maxAttempts?: number;
+  timeoutMs?: number;
+  delayMs?: number;
+}
+
+export type FailurePolicy = 'fail-fast' | 'collect';
+
+/** What ctx.spawn resolves to once the children are done: how many ended in each state. */
+export interface ChildrenSummary {
+  total: number;
+  byState: Record<JobState, number>;
+  succeeded: number;
+  failed: number;
+  cancelled: number;
+}
+
+/** Unwinds a handler whose job was suspended; the worker frees the slot and writes nothing more. */
+export class Suspended extends Error {
+  constructor(readonly why: string) {
+    super(`job suspended: ${why} (the handler runs again when the wait is over; do not catch this)`);
+    this.name = 'Suspended';
+  }
+}
+
+/** What a workflow needs of the worker. */
+export interface WorkflowHost {
+  store: Store;
+  bus: JobBus;
+  clock: () => number;
+  workerId: string;
+  /** Checks a child submission and builds its row (facade/prepare.ts), as a child of `parent`. */
+  prepareChild(parent: JobRecord, spec: ChildSpec, now: number): NewJob | Promise<NewJob>;
+  /** Cancels the job's open children (fail-fast); resolves to how many. */
+  cancelChildren(parentId: string, now: number, reason: string): Promise<number>;
+  /** Runs a store write through a short outage (the attempt's retry policy). */
+  retry<T>(what: string, write: () => Promise<T>): Promise<T>;
+  /** The job was suspended: abort the attempt's signal. */
+  onSuspended(): void;
+  /** The lease was lost during a workflow write. */
+  onLeaseLost(): void;
+}
+
+export function summarize(byState: Record<JobState, number>): ChildrenSummary {
+  let total = 0;
+  for (const n of Object.values(byState)) total += n;
+  return { total, byState, succeeded: byState.succeeded + byState.expired, failed: byState.failed, cancelled: byState.cancelled };
+}
+
+function openCount(byState: Record<JobState, number>): number {
+  let n = 0;
+  for (const [state, count] of Object.entries(byState)) if (!TERMINAL_STATES.has(state as JobState)) n += count;
+  return n;
+}
+
+export class WorkflowRun {
+  readonly journal: WorkflowState;
+  /** The scope new waits are keyed in ('' for the handler's top level). */
+  scope = '';
+  private readonly counters = new Map<string, number>();
+
+  constructor(
+    private readonly job: JobRecord,
+    private readonly host: WorkflowHost,
+  ) {
+    this.journal = job.workflow ? readWorkflow(job.workflow) : emptyWorkflow();
+  }
+
+  /** Runs `fn` with its waits keyed in `scope` (a stage or a saga step). */
+  async inScope<T>(scope: string, fn: () => Promise<T>): Promise<T> {
+    const outer = this.scope;
+    this.scope = scope;
+    try {
+      return await fn();
+    } finally {
+      this.scope = outer;
+    }
+  }
+
+  private nextKey(): string {
+    const n = this.counters.get(this.scope) ?? 0;
+    this.counters.set(this.scope, n + 1);
+    return `${this.scope}#${n}`;
+  }
+
+  private entryAt<K extends WaitEntry['kind']>(key: string, kind: K): Extract<WaitEntry, { kind: K }> | undefined {
+    const entry = this.journal.waits[key];
+    if (entry === undefined) return undefined;
+    if (entry.kind !== kind) {
+      throw new FatalError(`wait ${key} was a ${entry.kind} on an earlier run and is a ${kind} now: a workflow must reach its waits in the same order on every run`, {
+        code: 'NONDETERMINISTIC_WORKFLOW',
+      });
+    }
+    return entry as Extract<WaitEntry, { kind: K }>;
+  }
+
+  /** Durable sleep until `until` (ms since the epoch). */
+  async sleepUntil(until: number): Promise<void> {
+    if (!Number.isFinite(until)) throw new TypeError('sleepUntil needs a valid date');
+    const key = this.nextKey();
+    const entry = this.entryAt(key, 'sleep') ?? { kind: 'sleep' as const, until };
+    if (this.host.clock() >= entry.until) return;
+    this.journal.waits[key] = entry;
+    await this.suspendOn({ kind: 'sleep' }, entry.until, `sleeping until ${new Date(entry.until).toISOString()}`);
+  }
+
+  /** Waits for the signal `name`; resolves to its payload, or throws WaitTimeoutError after `timeoutMs`. */
+  async waitFor(name: string, timeoutMs: number | undefined): Promise<unknown> {
+    if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(name)) {
+      throw new TypeError(`signal names are 1–128 letters, digits and . _ : - (got ${JSON.stringify(name)})`);
+    }
+    if (timeoutMs !== undefined && (!Number.isFinite(timeoutMs) || timeoutMs < 0)) throw new TypeError('timeoutMs must be a non-negative number');
+    const key = this.nextKey();
+    let entry = this.entryAt(key, 'signal');
+    const now = this.host.clock();
+    if (entry) {
+      if (entry.name !== name) throw new FatalError(`wait ${key} waited for signal "${entry.name}" on an earlier run and for "${name}" now`, { code: 'NONDETERMINISTIC_WORKFLOW' });
+      const consumed = await this.host.retry('signal read', () => this.host.store.consumedSignal({ id: this.job.id, key }));
+      if (consumed) return consumed.payload;
+      if (entry.deadline !== null && now >= entry.deadline) throw new WaitTimeoutError(name);
+    } else {
+      entry = { kind: 'signal', name, deadline: timeoutMs === undefined ? null : now + timeoutMs };
+      this.journal.waits[key] = entry;
+    }
+    const r = await this.suspendOn({ kind: 'signal', name, key }, entry.deadline ?? NEVER, `waiting for signal ${name}`);
+    return r.kind === 'signalled' ? r.payload : undefined;
+  }
+
+  /** Spawns children and waits until they are done (see ChildrenSummary). */
+  async spawn(specs: readonly ChildSpec[], policy: FailurePolicy): Promise<ChildrenSummary> {
+    if (!Array.isArray(specs)) throw new TypeError('spawn takes an array of children');
+    if (policy !== 'fail-fast' && policy !== 'collect') throw new TypeError("failurePolicy must be 'fail-fast' or 'collect'");
+    const failFast = policy === 'fail-fast';
+    const key = this.nextKey();
+    const entry = this.entryAt(key, 'spawn');
+    if (entry) return await this.childrenDone(failFast);
+    if (specs.length === 0) return summarize(await this.host.store.countChildren({ id: this.job.id }));
+    const now = this.host.clock();
+    const children: NewJob[] = [];
+    for (const spec of specs) {
+      const row = this.host.prepareChild(this.job, spec, now);
+      children.push(row instanceof Promise ? await row : row);
+    }
+    this.journal.waits[key] = { kind: 'spawn', count: children.length, failFast };
+    await this.suspendOn({ kind: 'children', failFast }, NEVER, `waiting for ${children.length} children`, children);
+    throw new Error('unreachable: a children wait always suspends');
+  }
+
+  /** Run again after a spawn: the children are done (or one failed, fail-fast), or the job waits again. */
+  private async childrenDone(failFast: boolean): Promise<ChildrenSummary> {
+    const byState = await this.host.retry('children count', () => this.host.store.countChildren({ id: this.job.id }));
+    const summary = summarize(byState);
+    if (failFast && summary.failed + summary.cancelled > 0) {
+      await this.host.cancelChildren(this.job.id, this.host.clock(), 'sibling failed');
+      const after = summarize(await this.host.store.countChildren({ id: this.job.id }));
+      throw new ChildFailedError(after.failed, after.cancelled);
+    }
+    if (openCount(byState) === 0) return summary;
+    // Queued again before its children were done (a manual retry): wait again.
+    await this.suspendOn({ kind: 'children', failFast }, NEVER, 'waiting for children');
+    throw new Error('unreachable: a children wait always suspends');
+  }
+
+  /** Suspends the job on `wait`; returns only when a signal wait found its signal already sent. */
+  private async suspendOn(wait: WaitCondition, runAt: number, reason: string, children?: NewJob[]): Promise<Extract<SuspendResult, { kind: 'signalled' }>> {
+    const { store, bus, clock, workerId } = this.host;
+    const write = suspend(this.job, workerId, clock(), runAt, reason);
+    const params = children === undefined ? { write, wait, workflow: this.journal } : { write, wait, workflow: this.journal, children };
+    const r = await this.host.retry('suspend', () => store.suspend(params));
+    if (r.kind === 'signalled') return r;
+    if (r.kind === 'lost') {
+      this.host.onLeaseLost();
+      throw new LeaseLostError(this.job.id);
+    }
+    announce(bus, this.job, write);
+    this.host.onSuspended();
+    throw new Suspended(reason);
+  }
+
+  /** Saves the journal under the lease (a stage's output, a saga step). */
+  async save(): Promise<void> {
+    const { store, clock } = this.host;
+    const ok = await this.host.retry('workflow', () => store.saveWorkflow({ id: this.job.id, lease: this.job.lease, workflow: this.journal, now: clock() }));
+    if (!ok) {
+      this.host.onLeaseLost();
+      throw new LeaseLostError(this.job.id);
+    }
+  }
+}
+
+/** The children of a job, for a handler run after its spawn (`ctx.children`). */
+export interface ChildrenView {
+  /** Children spawned by the job before this run. */
+  readonly total: number;
+  /** The children counted by state now. */
+  counts(): Promise<ChildrenSummary>;
+  /** One page of children, in id order: their state, result and error. */
+  list(options?: { cursor?: string | null; limit?: number; states?: JobState[] }): Promise<{ items: ChildOutcome[]; nextCursor: string | null }>;
+  /** Every child, page by page. */
+  [Symbol.asyncIterator](): AsyncIterator<ChildOutcome>;
+}
+
+export interface ChildOutcome {
+  id: string;
+  type: string;
+  status: JobState;
+  input: unknown;
+  result: unknown;
+  error: JobRecord['error'];
+}
+
+export function childrenView(store: JobQueueStore & Pick<Store, 'countChildren'>, job: JobRecord): ChildrenView {
+  const list: ChildrenView['list'] = async (options = {}) => {
+    const limit = Math.min(Math.max(1, options.limit ?? 500), 1000);
+    const page = await store.listJobs({
+      parentId: job.id,
+      limit,
+      cursor: options.cursor ?? null,
+      ...(options.states ? { states: options.states } : {}),
+    });
+    return {
+      items: page.items.map((c) => ({ id: c.id, type: c.type, status: c.state, input: c.input, result: c.result ?? null, error: c.error })),
+      nextCursor: page.nextCursor,
+    };
+  };
+  return {
+    total: job.childrenTotal,
+    counts: async () => summarize(await store.countChildren({ id: job.id })),
+    list,
+    async *[Symbol.asyncIterator]() {
+      let cursor: string | null = null;
+      do {
+        const page = await list({ cursor, limit: 500 });
+        yield* page.items;
+        cursor = page.nextCursor;
+      } while (cursor !== null);
+    },
+  };
+}
