@@ -97,7 +97,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     loggerInstance: (options.logger || undefined) as FastifyBaseLogger | undefined,
     bodyLimit: options.maxBodyBytes ?? 1024 * 1024,
     // Path parameters past this are a 414: room for a signal name (128 characters), none for junk.
-    maxParamLength: 160,
+    routerOptions: { maxParamLength: 160 },
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: true } },
     // Requests arriving while the server closes get a problem (the onRequest hook below), not
     // Fastify's plain JSON 503.
