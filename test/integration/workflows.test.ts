@@ -119,6 +119,44 @@ const tasks = [
     ],
   }),
   defineTask({
+    type: 'wf.staged-waits',
+    maxAttempts: 1,
+    stages: [
+      {
+        name: 'first',
+        run: (input: unknown) => {
+          count(`${(input as { tag: string }).tag}:first`);
+          return 1;
+        },
+      },
+      {
+        name: 'second',
+        run: async (input: unknown, ctx, previous: number) => {
+          const tag = (input as { tag: string }).tag;
+          count(`${tag}:second`);
+          await ctx.sleep(200);
+          const approval = await ctx.waitFor<{ ok: boolean }>('go');
+          return { previous, approval };
+        },
+      },
+    ],
+  }),
+  defineTask({
+    type: 'wf.saga-waits',
+    maxAttempts: 1,
+    steps: [
+      { name: 'hold', run: () => ({ held: true }), compensate: () => void order.push('unhold') },
+      {
+        name: 'confirm',
+        run: async (_input: unknown, ctx) => {
+          const answer = await ctx.waitFor<{ confirmed: boolean }>('confirm');
+          if (!answer.confirmed) throw new FatalError('not confirmed', { code: 'NOT_CONFIRMED' });
+          return answer;
+        },
+      },
+    ],
+  }),
+  defineTask({
     type: 'wf.saga',
     maxAttempts: 2,
     steps: [
@@ -293,6 +331,26 @@ for (const target of TARGETS) {
       const log = await logOf(lh, job.id);
       const notes = log.filter((l) => l.includes('compensat'));
       assert.deepEqual(notes, ['running>running:step ship failed; compensating', 'running>running:compensated reserve', 'running>running:compensated charge']);
+    });
+
+    it('stages and saga steps may sleep and wait; a stage done before the wait is not run again', async () => {
+      const tag = `${T}-sw`;
+      const job = await lh.submit('wf.staged-waits', { tag });
+      await until(async () => ((await lh.get(job.id))?.waitingFor?.kind === 'signal' ? true : undefined), 'the stage to wait for its signal');
+      await lh.signal(job.id, 'go', { ok: true });
+      const done = await settled(lh, job.id, 10_000);
+      assert.deepEqual(done.result, { previous: 1, approval: { ok: true } });
+      assert.equal(runs.get(`${tag}:first`), 1);
+      assert.equal(runs.get(`${tag}:second`), 3, 'the stage ran again after its sleep and after its signal');
+
+      order.length = 0;
+      const saga = await lh.submit('wf.saga-waits', null);
+      await until(async () => ((await lh.get(saga.id))?.status === 'waiting' ? true : undefined), 'the step to wait');
+      await lh.signal(saga.id, 'confirm', { confirmed: false });
+      const failed = await settled(lh, saga.id, 10_000);
+      assert.equal(failed.error?.code, 'NOT_CONFIRMED');
+      assert.equal((failed.error as { compensated?: boolean }).compensated, true);
+      assert.deepEqual(order, ['unhold']);
     });
 
     it('closes', async () => {
