@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { FatalError, RetryableError, WaitTimeoutError } from '../../src/core/errors.js';
+import { requestCancel } from '../../src/core/transitions.js';
 import { Longhaul } from '../../src/longhaul.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { pollUntil as until } from '../support/poll.js';
@@ -155,6 +156,16 @@ const tasks = [
         },
       },
     ],
+  }),
+  defineTask({
+    type: 'wf.late-spawn',
+    maxAttempts: 1,
+    async run(input: unknown, ctx) {
+      const { tag } = input as { tag: string };
+      await new Promise<void>((resolve) => gates.set(tag, resolve));
+      await ctx.spawn([{ type: 'wf.child', input: { n: 1 } }], { failurePolicy: 'collect' });
+      return 'spawned';
+    },
   }),
   defineTask({
     type: 'wf.saga',
@@ -351,6 +362,26 @@ for (const target of TARGETS) {
       assert.equal(failed.error?.code, 'NOT_CONFIRMED');
       assert.equal((failed.error as { compensated?: boolean }).compensated, true);
       assert.deepEqual(order, ['unhold']);
+    });
+
+    it('a job whose cancel was recorded does not wait: it ends cancelled and spawns nothing', async () => {
+      for (const how of ['seen', 'unseen'] as const) {
+        const tag = `${T}-late-${how}`;
+        const job = await lh.submit('wf.late-spawn', { tag });
+        await until(async () => (gates.has(tag) ? true : undefined), 'the handler to reach its gate');
+        if (how === 'seen') await lh.cancel(job.id);
+        else {
+          // Recorded straight in the store, as another process would: this worker has not heard of it.
+          const rec = await lh.store.getJob({ id: job.id });
+          assert.ok(rec);
+          assert.deepEqual(await lh.store.transition({ items: [requestCancel(rec, Date.now())] }), [true]);
+        }
+        gates.get(tag)?.();
+        const done = await settled(lh, job.id, 10_000);
+        assert.equal(done.status, 'cancelled', how);
+        assert.equal(done.children, null, `${how}: no child was created`);
+        assert.equal((await lh.list({ parentId: job.id, limit: 10 })).items.length, 0);
+      }
     });
 
     it('closes', async () => {

@@ -26,7 +26,17 @@ function job(overrides: Partial<JobRecord> = {}): JobRecord {
 describe('the suspend transition', () => {
   it('running → waiting under the lease, the attempt refunded, the wake-up time set', () => {
     const w = suspend(job(), 'w1', NOW, NOW + 5000, 'sleeping');
-    assert.deepEqual(w, { id: 'j1', from: 'running', to: 'waiting', lease: 4, workerId: 'w1', at: NOW, reason: 'sleeping', patch: { runAt: NOW + 5000, refundAttempt: true } });
+    assert.deepEqual(w, {
+      id: 'j1',
+      from: 'running',
+      to: 'waiting',
+      lease: 4,
+      cancelRequested: false,
+      workerId: 'w1',
+      at: NOW,
+      reason: 'sleeping',
+      patch: { runAt: NOW + 5000, refundAttempt: true },
+    });
     assert.ok(canTransition(w.from, w.to));
     assert.ok(canTransition('waiting', 'queued') && canTransition('waiting', 'cancelled'));
   });
@@ -102,7 +112,9 @@ describe('the journal', () => {
         cancelChildren: async () => 0,
         retry: (_what, write) => write(),
         onSuspended: () => undefined,
+        onCancelRequested: () => undefined,
         onLeaseLost: () => undefined,
+        signal: new AbortController().signal,
       },
     };
   }
