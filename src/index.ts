@@ -6,14 +6,15 @@ export type { Channel, ChannelHandlers, Envelope } from './channel/channel.js';
 export { DEFAULTS, type LonghaulConfig, resolveConfig } from './config.js';
 export { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './core/backoff.js';
 export {
+  BatchItemError,
   ChildFailedError,
   classifyError,
   FatalError,
   IdempotencyConflictError,
   InputValidationError,
   InvalidOptionsError,
-  type JobError,
   JobEndedError,
+  type JobError,
   JobNotFoundError,
   JobStateConflictError,
   LeaseLostError,

@@ -1,7 +1,7 @@
 /**
- * The storage contract, in three parts: the job queue (JobQueueStore), result files
- * (ResultFileStore) and the webhook outbox (WebhookOutboxStore). Every store (SQLite,
- * PostgreSQL) implements all three as one `Store` on one database, and one contract suite per
+ * The storage contract, in four parts: the job queue (JobQueueStore), result files
+ * (ResultFileStore), the webhook outbox (WebhookOutboxStore) and workflows (WorkflowStore).
+ * Every store (SQLite, PostgreSQL) implements all four as one `Store` on one database, and one contract suite per
  * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
