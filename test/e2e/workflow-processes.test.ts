@@ -363,9 +363,12 @@ for (const store of STORES) {
         const pids = workers.map((w) => w.pid).sort((a, b) => a - b);
         assert.deepEqual(last.result, { total: count, succeeded: count, read: count, sum: (count * (count - 1)) / 2, pids });
         // The parent's own aggregate: the share of its children that ended, while it waits.
-        const percents = frames
-          .filter((f) => f.snapshot.status === 'waiting' && f.snapshot.progress.stage === 'children' && f.snapshot.progress.percent !== null)
-          .map((f) => f.snapshot.progress.percent as number);
+        const aggregate = frames.filter((f) => f.snapshot.status === 'waiting' && f.snapshot.progress.stage === 'children' && f.snapshot.progress.percent !== null);
+        assert.ok(
+          aggregate.every((f) => f.snapshot.progress.itemsTotal === count),
+          'the aggregate counts the children as items',
+        );
+        const percents = aggregate.map((f) => f.snapshot.progress.percent as number);
         assert.ok(
           new Set(percents).size >= 3,
           `distinct aggregate percents over SSE: ${percents.join(', ')}; frames: ${frames.map((f) => `${f.event}:${f.snapshot.status}:${f.snapshot.progress.percent}@${f.snapshot.progress.updatedAt}`).join(' ')}`,
