@@ -363,7 +363,9 @@ for (const store of STORES) {
         const pids = workers.map((w) => w.pid).sort((a, b) => a - b);
         assert.deepEqual(last.result, { total: count, succeeded: count, read: count, sum: (count * (count - 1)) / 2, pids });
         // The parent's own aggregate: the share of its children that ended, while it waits.
-        const aggregate = frames.filter((f) => f.snapshot.status === 'waiting' && f.snapshot.progress.stage === 'children' && f.snapshot.progress.percent !== null);
+        const aggregate = frames.filter(
+          (f) => f.snapshot.status === 'waiting' && f.snapshot.progress.stage === 'children' && f.snapshot.progress.percent !== null,
+        );
         assert.ok(
           aggregate.every((f) => f.snapshot.progress.itemsTotal === count),
           'the aggregate counts the children as items',
