@@ -1,5 +1,5 @@
 /**
- * PostgresStore: the shared store contract, all three parts (one fresh schema per test in one
+ * PostgresStore: the shared store contract, all four parts (one fresh schema per test in one
  * database made for this run), then what only PostgreSQL has: concurrent migrations from
  * several processes, per-type concurrency under competing worker processes, transactional
  * enqueue, lease fencing between nodes, LISTEN/NOTIFY wake-ups, sweeper election and
@@ -15,6 +15,8 @@ import pino from 'pino';
 import { Webhook } from 'standardwebhooks';
 import type { JobRecord } from '../../src/core/job.js';
 import { EMPTY_PROGRESS } from '../../src/core/progress.js';
+import { suspend } from '../../src/core/transitions.js';
+import { emptyWorkflow, NEVER } from '../../src/core/workflow.js';
 import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../../src/index.js';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
@@ -26,6 +28,7 @@ import { assertLogReplays, newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
+import { runWorkflowContract } from './store-contract/workflow.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
 import { settled } from '../support/jobs.js';
@@ -46,6 +49,7 @@ async function openStore(schema = `t${++schemas}`): Promise<PostgresStore> {
 runJobQueueContract(`postgres (${db.source})`, () => openStore());
 runResultFileContract(`postgres (${db.source})`, () => openStore());
 runWebhookOutboxContract(`postgres (${db.source})`, () => openStore());
+runWorkflowContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 
@@ -321,6 +325,98 @@ describe('PostgresStore specifics', () => {
       await changed();
     } finally {
       await Promise.all([writer.close(), reader.close()]);
+    }
+  });
+
+  it('workflow wake-ups: a due waiting job, a signal that wakes its job and resumed parents NOTIFY; a sleep and a kept signal do not', async () => {
+    const writer = await openStore();
+    const reader = new PostgresStore({ connectionString: db.url, schema: writer.schema, applicationName: 'lh-wf-reader' });
+    const changed = () => waitFor(async () => (await reader.pollChanges()) || undefined, 'a wake-up', 5_000, 20);
+    const quietFor = async (ms: number) => {
+      await sleep(ms);
+      return reader.pollChanges();
+    };
+    const runningJob = async (type: string, now = T0): Promise<JobRecord> => {
+      await writer.insertJob({ job: newJob({ type }) });
+      const [j] = await writer.claimJobs({ workerId: 'w', types: [{ type }], limit: 1, now });
+      assert.ok(j);
+      return j;
+    };
+    try {
+      await reader.pollChanges();
+      await waitFor(() => reader.listenState.connected, 'the listen connection');
+      const sleeper = await runningJob('wf-sleep');
+      const waiter = await runningJob('wf-signal');
+      const parent = await runningJob('wf-parent');
+      await reader.pollChanges();
+      assert.equal(await quietFor(100), false, 'nothing happened');
+
+      const sleep1 = suspend(sleeper, 'w', T0 + 1, T0 + 1_000, 'sleep');
+      assert.deepEqual(await writer.suspend({ write: sleep1, wait: { kind: 'sleep' }, workflow: emptyWorkflow() }), { kind: 'suspended' });
+      const wait1 = suspend(waiter, 'w', T0 + 1, NEVER, 'signal');
+      assert.deepEqual(await writer.suspend({ write: wait1, wait: { kind: 'signal', name: 'go', key: 'k' }, workflow: emptyWorkflow() }), { kind: 'suspended' });
+      assert.equal((await writer.sendSignal({ id: sleeper.id, name: 'go', payload: 1, at: T0 + 2 })).kind, 'accepted');
+      assert.equal(await quietFor(200), false, 'suspends and a kept signal make nothing claimable');
+
+      assert.equal(await writer.promoteDue({ now: T0 + 1_000, limit: 10 }), 1);
+      await changed();
+      assert.deepEqual(await writer.sendSignal({ id: waiter.id, name: 'go', payload: 2, at: T0 + 3 }), {
+        kind: 'accepted',
+        job: { id: waiter.id, tenant: waiter.tenant, type: waiter.type },
+        resumed: true,
+        reason: 'signal go',
+      });
+      await changed();
+
+      const child = newJob({ type: 'wf-child', parentId: parent.id });
+      const spawn1 = suspend(parent, 'w', T0 + 1, NEVER, 'spawn');
+      await writer.suspend({ write: spawn1, wait: { kind: 'children', failFast: false }, workflow: emptyWorkflow(), children: [child] });
+      await changed(); // the child is claimable
+      const [c] = await writer.claimJobs({ workerId: 'w', types: [{ type: 'wf-child' }], limit: 1, now: T0 + 4 });
+      assert.ok(c);
+      await writer.transition({ items: [{ id: c.id, from: 'running', to: 'succeeded', lease: c.lease, reason: 'done', at: T0 + 5 }] });
+      assert.equal(await quietFor(200), false);
+      assert.equal((await writer.resumeParents({ parents: [{ id: parent.id, childFailed: false }], at: T0 + 6 })).length, 1);
+      await changed();
+    } finally {
+      await Promise.all([writer.close(), reader.close()]);
+    }
+  });
+
+  it('a signal sent while its job suspends on it, from another pool, is consumed exactly once: by the suspend or by waking the job', async () => {
+    const a = await openStore();
+    const b = new PostgresStore({ connectionString: db.url, schema: a.schema });
+    try {
+      const outcomes = { signalled: 0, woken: 0 };
+      for (let i = 0; i < 30; i++) {
+        await a.insertJob({ job: newJob({ type: 'race' }) });
+        const [j] = await a.claimJobs({ workerId: 'w', types: [{ type: 'race' }], limit: 1, now: T0 });
+        assert.ok(j);
+        const write = suspend(j, 'w', T0 + 1, NEVER, 'signal');
+        const [suspended, sent] = await Promise.all([
+          a.suspend({ write, wait: { kind: 'signal', name: 'go', key: 'k' }, workflow: emptyWorkflow() }),
+          b.sendSignal({ id: j.id, name: 'go', payload: i, at: T0 + 1 }),
+        ]);
+        assert.equal(sent.kind, 'accepted');
+        const woken = sent.kind === 'accepted' && sent.resumed;
+        if (suspended.kind === 'signalled') {
+          assert.equal(woken, false);
+          assert.equal(suspended.payload, i);
+          assert.equal((await a.getJob({ id: j.id }))?.state, 'running');
+          outcomes.signalled++;
+          await a.transition({ items: [{ id: j.id, from: 'running', to: 'succeeded', lease: j.lease, reason: 'done', at: T0 + 2 }] });
+        } else {
+          assert.equal(suspended.kind, 'suspended');
+          assert.equal(woken, true, 'the job waited when the signal came: the signal woke it');
+          assert.equal((await a.getJob({ id: j.id }))?.state, 'queued');
+          outcomes.woken++;
+          await a.transition({ items: [{ id: j.id, from: 'queued', to: 'cancelled', reason: 'test', at: T0 + 2 }] });
+        }
+        assert.deepEqual(await a.consumedSignal({ id: j.id, key: 'k' }), { payload: i });
+      }
+      assert.equal(outcomes.signalled + outcomes.woken, 30);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
     }
   });
 

@@ -25,7 +25,7 @@ import { InvalidOptionsError } from '../../core/errors.js';
 import { isUuid, uuidv7Floor } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
-import { assertTransition, JOB_STATES, type JobState } from '../../core/states.js';
+import { JOB_STATES, type JobState } from '../../core/states.js';
 import {
   type Activity,
   type ActivityParams,
@@ -44,6 +44,7 @@ import {
   type SqlTransaction,
   type Store,
   type SweepParams,
+  type WorkflowStore,
   type TransitionParams,
   type WebhookDeliveryEntry,
   type WebhookEvent,
@@ -51,6 +52,8 @@ import {
   type StoreCapabilities,
 } from '../store.js';
 import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
+import { checkTransition, encodeTransitions } from './transitions.js';
+import { PgWorkflowOps } from './workflow-ops.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
@@ -123,78 +126,6 @@ function jobJson(job: NewJob, o: number): Record<string, unknown> {
   };
 }
 
-function checkTransition(p: TransitionParams): void {
-  assertTransition(p.from, p.to);
-  if (p.to === 'running' && p.from !== 'running') throw new Error('a job enters running only through claimJobs');
-}
-
-/**
- * Transitions as the JSON that apply_transitions reads (see schema.ts). A job named more than
- * once goes into later rounds so its items apply in order; within a round items are sorted by
- * id, so concurrent batches lock rows in the same order. Items with an id that cannot exist
- * (not a UUID) are left out: they lose.
- */
-function encodeTransitions(items: readonly TransitionParams[]): { json: string; rounds: number } {
-  const seen = new Map<string, number>();
-  const out: Array<Record<string, unknown> & { r: number; id: string }> = [];
-  let rounds = 0;
-  items.forEach((p, i) => {
-    if (!isUuid(p.id)) return;
-    const r = (seen.get(p.id) ?? 0) + 1;
-    seen.set(p.id, r);
-    rounds = Math.max(rounds, r);
-    const patch = p.patch ?? {};
-    const e: Record<string, unknown> & { r: number; id: string } = {
-      o: i + 1,
-      r,
-      id: p.id,
-      f: p.from,
-      t: p.to,
-      why: p.reason,
-      w: p.workerId ?? null,
-      at: p.at,
-    };
-    if (p.lease !== undefined) e.l = p.lease;
-    if (p.cancelRequested !== undefined) e.q = p.cancelRequested;
-    let m = 0;
-    if (patch.runAt !== undefined) {
-      m |= 1;
-      e.run_at = patch.runAt;
-    }
-    if (patch.result !== undefined) {
-      m |= 2;
-      e.result = patch.result;
-    }
-    if (patch.error !== undefined) {
-      m |= 4;
-      e.error = patch.error;
-    }
-    if (patch.finishedAt !== undefined) {
-      m |= 8;
-      e.finished_at = patch.finishedAt;
-    }
-    if (patch.expiresAt !== undefined) {
-      m |= 16;
-      e.expires_at = patch.expiresAt;
-    }
-    if (patch.resetAttempts) m |= 32;
-    else if (patch.refundAttempt) m |= 64;
-    if (patch.clearCheckpoint) m |= 128;
-    if (patch.cancelRequest) {
-      m |= 256;
-      e.cancel_reason = patch.cancelRequest.reason;
-    } else if (patch.cancelRequest === false) m |= 512;
-    if (patch.stalled !== undefined) {
-      m |= 1024;
-      e.stalled = patch.stalled;
-    }
-    e.m = m;
-    out.push(e);
-  });
-  out.sort((a, b) => a.r - b.r || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return { json: JSON.stringify(out), rounds };
-}
-
 /** Claim types deduplicated and sorted (advisory locks are taken in this order), with their limits. */
 function claimTypes(types: ClaimParams['types']): { names: string[]; limits: (number | null)[] } {
   const byName = new Map<string, number | null>();
@@ -228,6 +159,7 @@ export class PostgresStore implements Store {
   private readonly sweeperLock: SessionLock;
   private closing: Promise<void> | null = null;
   private readonly sql: ReturnType<PostgresStore['statements']>;
+  private readonly workflow: PgWorkflowOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -253,6 +185,8 @@ export class PostgresStore implements Store {
     this.listener = new WakeListener(this.listenConnection, this.channel);
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
+    const host = { pool: this.pool, s: this.s, inTransaction: this.inTransaction.bind(this) };
+    this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, undefined, client) });
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -559,6 +493,7 @@ export class PostgresStore implements Store {
       where.push(sql(values.length));
     };
     if (params.tenant !== undefined) add(1, (n) => `j.tenant = $${n}`, params.tenant);
+    if (params.parentId !== undefined) add(16, (n) => `j.parent_id = $${n}`, params.parentId);
     if (params.cursor) add(2, (n) => `j.id < $${n}::uuid`, decodeCursor(params.cursor));
     if (params.states && params.states.length > 0) add(4, (n) => `j.state = ANY($${n}::text[])`, params.states);
     if (params.type !== undefined) add(8, (n) => `j.type = $${n}`, params.type);
@@ -720,6 +655,16 @@ export class PostgresStore implements Store {
   get listenState(): { connected: boolean; backendPid: number | null } {
     return { connected: this.listener.connected, backendPid: this.listener.backendPid };
   }
+
+  // ---- workflows (WorkflowStore): workflow-ops.ts ------------------------------------------------
+
+  suspend: WorkflowStore['suspend'] = (p) => this.workflow.suspend(p);
+  saveWorkflow: WorkflowStore['saveWorkflow'] = (p) => this.workflow.saveWorkflow(p);
+  resumeParents: WorkflowStore['resumeParents'] = (p) => this.workflow.resumeParents(p);
+  resumeStrandedParents: WorkflowStore['resumeStrandedParents'] = (p) => this.workflow.resumeStrandedParents(p);
+  sendSignal: WorkflowStore['sendSignal'] = (p) => this.workflow.sendSignal(p);
+  consumedSignal: WorkflowStore['consumedSignal'] = (p) => this.workflow.consumedSignal(p);
+  countChildren: WorkflowStore['countChildren'] = (p) => this.workflow.countChildren(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
 
