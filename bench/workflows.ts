@@ -90,13 +90,13 @@ interface ParentProbe {
   rerunWall?: number;
   /** In-process events: the last child's end, the parent's waiting → queued, its success. */
   lastChildEnd?: number;
-  /** performance.now() when the first child was claimed (its queued → running event). */
-  firstChildClaimed?: number;
   resumed?: number;
   done?: number;
   runs: number;
 }
 const probes = new Map<string, ParentProbe>();
+/** performance.now() when a child was first claimed (its queued → running event) in this phase. */
+let firstChildClaimed: number | undefined;
 const probe = (id: string): ParentProbe => {
   let p = probes.get(id);
   if (!p) {
@@ -174,10 +174,8 @@ function watchBus(lh: Longhaul): () => void {
   return lh.bus.on('job:changed', (e) => {
     const now = performance.now();
     if (e.parentId && (e.to === 'succeeded' || e.to === 'failed' || e.to === 'cancelled')) probe(e.parentId).lastChildEnd = now;
-    else if (e.parentId && e.to === 'running') {
-      const p = probe(e.parentId);
-      if (p.firstChildClaimed === undefined) p.firstChildClaimed = now;
-    }    else if (e.type === 'wf.bench.parent') {
+    else if (e.type === 'wf.bench.child' && e.to === 'running') firstChildClaimed ??= now; // claim events carry no parentId
+    else if (e.type === 'wf.bench.parent') {
       if (e.from === 'waiting' && e.to === 'queued') probe(e.id).resumed = now;
       else if (e.to === 'succeeded' || e.to === 'failed') probe(e.id).done = now;
     }
@@ -216,6 +214,7 @@ interface SpawnRun {
 async function spawnRun(n: number, workers: number, run: number): Promise<SpawnRun> {
   specs(n);
   probes.clear();
+  firstChildClaimed = undefined;
   return withLonghaul(async (lh) => {
     const unwatch = watchBus(lh);
     try {
@@ -251,7 +250,7 @@ async function spawnRun(n: number, workers: number, run: number): Promise<SpawnR
         runPerSec: n / (runMs / 1000),
         spawnCpuMs: (p.spawnCpuUs ?? 0) / 1000,
         runCpuMs,
-        firstClaimMs: (p.firstChildClaimed as number) - p.suspended,
+        firstClaimMs: (firstChildClaimed as number) - p.suspended,
         tailResumeMs: (p.resumed as number) - (p.lastChildEnd as number),
         tailRerunMs: (p.rerun as number) - (p.lastChildEnd as number),
         tailDoneMs: (p.done as number) - (p.lastChildEnd as number),
