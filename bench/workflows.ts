@@ -3,7 +3,7 @@
  *
  *   node --import tsx bench/workflows.ts [--store sqlite|pg] [--children 10000,100000] [--workers 1,2]
  *        [--concurrency 10] [--runs 3] [--fanin 200x10,20x1000] [--fanin-mode burst,seq] [--fanin-runs 1] [--seq-parents 50]
- *        [--no-sweeper] [--lib dist] [--profile PREFIX] [--pg postgres://postgres@127.0.0.1:5432/postgres]
+ *        [--no-baseline] [--no-sweeper] [--lib dist] [--profile PREFIX] [--pg postgres://postgres@127.0.0.1:5432/postgres]
  *
  * Spawning, for each size N in --children, each worker count in --workers and each run, on a
  * fresh SQLite file (or a fresh PostgreSQL database, dropped after):
@@ -20,7 +20,10 @@
  *   - spawn → first child claimed (its queued → running event on the bus).
  *   - the tail: last child's end (bus event) → parent resumed (waiting → queued on the bus) →
  *     its handler running again.
- *   Then the parent's children are counted by state: all N must have succeeded.
+ *   The parent's result (its spawn's summary) must count N children succeeded. Then, unless
+ *   --no-baseline, the same N jobs without a parent on another fresh file or database: enqueued
+ *   with submitMany in chunks of 1000 (no worker running), then run by the same number of
+ *   workers: the reference for "children inserted/s" and "children run/s" in the same run.
  *
  * Fan-in, for each PxK in --fanin and each mode in --fanin-mode, on a fresh file or database:
  *   P parents each spawn K trivial children; `burst` submits the P parents at once, `seq` one at
@@ -52,6 +55,8 @@ const FANIN_RUNS = numFlag('fanin-runs', 1);
 /** At most this many parents in `seq` mode (each one waits for the one before). */
 const SEQ_PARENTS = numFlag('seq-parents', 50);
 const SWEEPER = !boolFlag('no-sweeper');
+/** After each spawn run, the same N children as plain jobs (submitMany, then the same workers): the same run's reference. */
+const BASELINE = !boolFlag('no-baseline');
 const PROFILE = strFlag('profile');
 const LIB = strFlag('lib');
 
@@ -209,6 +214,26 @@ interface SpawnRun {
   tailRerunMs: number;
   tailDoneMs: number;
   totalMs: number;
+  /** The same jobs without a parent: submitMany in chunks of 1000 (jobs/s), then run by the same workers (jobs/s). */
+  plainInsertPerSec?: number;
+  plainRunPerSec?: number;
+}
+
+/** N plain jobs of the children's type: enqueued with submitMany (chunks of 1000, no worker running), then run by `workers` workers. */
+async function plainRun(n: number, workers: number): Promise<{ insertPerSec: number; runPerSec: number }> {
+  return withLonghaul(async (lh) => {
+    const batches: { type: string; input: { i: number } }[][] = [];
+    const all = specs(n);
+    for (let i = 0; i < n; i += 1000) batches.push(all.slice(i, i + 1000));
+    const t0 = performance.now();
+    for (const b of batches) await lh.submitMany(b);
+    const t1 = performance.now();
+    const handles: { stats: { succeeded: number } }[] = [];
+    for (let w = 0; w < workers; w++) handles.push(await lh.startWorker({ concurrency: CONCURRENCY, sweeper: SWEEPER && w === 0 }));
+    await waitUntil(() => handles.reduce((sum, h) => sum + h.stats.succeeded, 0) >= n, 'the plain jobs', 1_800_000);
+    const t2 = performance.now();
+    return { insertPerSec: n / ((t1 - t0) / 1000), runPerSec: n / ((t2 - t1) / 1000) };
+  });
 }
 
 async function spawnRun(n: number, workers: number, run: number): Promise<SpawnRun> {
@@ -373,6 +398,11 @@ try {
     for (const w of WORKERS) {
       for (let run = 1; run <= RUNS; run++) {
         const r = await spawnRun(n, w, run);
+        if (BASELINE) {
+          const b = await plainRun(n, w);
+          r.plainInsertPerSec = b.insertPerSec;
+          r.plainRunPerSec = b.runPerSec;
+        }
         spawnRuns.push(r);
         console.error(
           `spawn n=${n} workers=${w} run ${run}: spawn ${r.spawnMs.toFixed(0)} ms (${int(r.childrenPerSec)} children/s; prepare ${r.prepareMs} ms), ` +
@@ -421,11 +451,12 @@ try {
           cell((r) => r.runPerSec, int),
           cell((r) => r.tailRerunMs, (x) => x.toFixed(1)),
           cell((r) => r.totalMs, ms0),
+          ...(BASELINE ? [cell((r) => r.plainInsertPerSec ?? Number.NaN, int), cell((r) => r.plainRunPerSec ?? Number.NaN, int)] : []),
         ]);
       }
     }
     console.log(
-      table(['children', 'workers', 'spawn ms', 'of which prepare ms', 'children inserted/s', 'spawn CPU ms', 'spawn → 1st child claimed ms', 'run ms', 'children run/s', 'last child → handler ms', 'total ms'], rows),
+      table(['children', 'workers', 'spawn ms', 'of which prepare ms', 'children inserted/s', 'spawn CPU ms', 'spawn → 1st child claimed ms', 'run ms', 'children run/s', 'last child → handler ms', 'total ms', ...(BASELINE ? ['plain: submitMany/s', 'plain: run/s'] : [])], rows),
     );
   }
   if (fanIns.length > 0) {
