@@ -4,7 +4,7 @@
  *
  *   node --import tsx bench/peers/bullmq-flows.ts [--children 10000,100000] [--workers 1,2]
  *        [--concurrency 10] [--runs 3] [--fanin 200x10,20x1000] [--fanin-mode burst,seq]
- *        [--fanin-runs 1] [--seq-parents 50] [--redis redis://127.0.0.1:6379]
+ *        [--fanin-runs 1] [--seq-parents 50] [--redis redis://127.0.0.1:6379]   (--runs 0: fan-in only)
  *
  * One queue holds parents and children; --workers Worker instances in this process run both
  * (the processor looks at the job's name), each at --concurrency, connected before any clock starts.
@@ -153,9 +153,9 @@ async function spawnRun(redis: Redis, n: number, workers: number): Promise<Spawn
   probes.clear();
   const flows = new FlowProducer({ connection, prefix: PREFIX });
   const ws = await startWorkers(workers);
-  const queue = new Queue(QUEUE, { connection, prefix: PREFIX });
+  const queue = new Queue(QUEUE, { connection, prefix: PREFIX, streams: { events: { maxLen: 100_000_000 } } });
   try {
-    await flows.waitUntilReady();
+    await Promise.all([flows.waitUntilReady(), queue.waitUntilReady()]);
     const specs = children(n);
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();
@@ -220,9 +220,11 @@ async function fanInRun(redis: Redis, parents: number, k: number, mode: string):
   probes.clear();
   const flows = new FlowProducer({ connection, prefix: PREFIX });
   const ws = await startWorkers(1);
-  const queue = new Queue(QUEUE, { connection, prefix: PREFIX });
+  // The queue writes its event stream's length limit into the queue's meta key: keep every event (the default trims to 10,000).
+  const queue = new Queue(QUEUE, { connection, prefix: PREFIX, streams: { events: { maxLen: 100_000_000 } } });
   try {
-    await flows.waitUntilReady();
+    await Promise.all([flows.waitUntilReady(), queue.waitUntilReady()]);
+    await redis.hset(`${PREFIX}:${QUEUE}:meta`, 'opts.maxLenEvents', 100_000_000);
     const specs = children(k);
     const trees: { parent: string; children: string[] }[] = [];
     const toTree = (t: Awaited<ReturnType<FlowProducer['add']>>) => ({ parent: t.job.id as string, children: (t.children ?? []).map((c) => c.job.id as string) });
