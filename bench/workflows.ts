@@ -179,7 +179,8 @@ function watchBus(lh: Longhaul): () => void {
   return lh.bus.on('job:changed', (e) => {
     const now = performance.now();
     if (e.parentId && (e.to === 'succeeded' || e.to === 'failed' || e.to === 'cancelled')) probe(e.parentId).lastChildEnd = now;
-    else if (e.type === 'wf.bench.child' && e.to === 'running') firstChildClaimed ??= now; // claim events carry no parentId
+    else if (e.type === 'wf.bench.child' && e.to === 'running')
+      firstChildClaimed ??= now; // claim events carry no parentId
     else if (e.type === 'wf.bench.parent') {
       if (e.from === 'waiting' && e.to === 'queued') probe(e.id).resumed = now;
       else if (e.to === 'succeeded' || e.to === 'failed') probe(e.id).done = now;
@@ -386,10 +387,14 @@ const int = (n: number) => Math.round(n).toLocaleString('en-US');
 
 try {
   const notes: string[] = [loadNote('at start', true)];
-  notes.push(`Node ${process.version}, store ${STORE}${STORE === 'pg' ? `, pg ${packageVersion(import.meta.url, 'pg')}` : ' (node:sqlite, WAL)'}, sweeper ${SWEEPER ? 'on' : 'off'}`);
+  notes.push(
+    `Node ${process.version}, store ${STORE}${STORE === 'pg' ? `, pg ${packageVersion(import.meta.url, 'pg')}` : ' (node:sqlite, WAL)'}, sweeper ${SWEEPER ? 'on' : 'off'}`,
+  );
   if (STORE === 'pg') notes.push(await serverNote());
   notes.push(
-    LIB === undefined ? `library: src/ via tsx; ${gitState(['src'])}` : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}`,
+    LIB === undefined
+      ? `library: src/ via tsx; ${gitState(['src'])}`
+      : `library: ${existsSync(join(LIB, 'index.ts')) ? 'TypeScript via tsx' : 'compiled JS'} in ${LIB}`,
   );
   notes.push(`workers in this process at concurrency ${CONCURRENCY} each; fresh ${STORE === 'pg' ? 'database' : 'SQLite file'} per run`);
 
@@ -414,7 +419,16 @@ try {
   const fanIns: FanInResult[] = [];
   for (const shape of FANIN) {
     for (const mode of MODES) {
-      const merged: FanInResult = { shape: `${shape.parents}x${shape.children}`, mode, parents: 0, logResume: [], logClaim: [], procRerun: [], wallMs: 0, reasons: {} };
+      const merged: FanInResult = {
+        shape: `${shape.parents}x${shape.children}`,
+        mode,
+        parents: 0,
+        logResume: [],
+        logClaim: [],
+        procRerun: [],
+        wallMs: 0,
+        reasons: {},
+      };
       for (let run = 1; run <= FANIN_RUNS; run++) {
         const r = await fanInRun(shape.parents, shape.children, mode);
         merged.parents += r.parents;
@@ -449,14 +463,33 @@ try {
           cell((r) => r.firstClaimMs, ms0),
           cell((r) => r.runMs, ms0),
           cell((r) => r.runPerSec, int),
-          cell((r) => r.tailRerunMs, (x) => x.toFixed(1)),
+          cell(
+            (r) => r.tailRerunMs,
+            (x) => x.toFixed(1),
+          ),
           cell((r) => r.totalMs, ms0),
           ...(BASELINE ? [cell((r) => r.plainInsertPerSec ?? Number.NaN, int), cell((r) => r.plainRunPerSec ?? Number.NaN, int)] : []),
         ]);
       }
     }
     console.log(
-      table(['children', 'workers', 'spawn ms', 'of which prepare ms', 'children inserted/s', 'spawn CPU ms', 'spawn → 1st child claimed ms', 'run ms', 'children run/s', 'last child → handler ms', 'total ms', ...(BASELINE ? ['plain: submitMany/s', 'plain: run/s'] : [])], rows),
+      table(
+        [
+          'children',
+          'workers',
+          'spawn ms',
+          'of which prepare ms',
+          'children inserted/s',
+          'spawn CPU ms',
+          'spawn → 1st child claimed ms',
+          'run ms',
+          'children run/s',
+          'last child → handler ms',
+          'total ms',
+          ...(BASELINE ? ['plain: submitMany/s', 'plain: run/s'] : []),
+        ],
+        rows,
+      ),
     );
   }
   if (fanIns.length > 0) {
@@ -475,7 +508,16 @@ try {
       system,
       concurrency: CONCURRENCY,
       spawn: spawnRuns,
-      fanIn: fanIns.map((f) => ({ shape: f.shape, mode: f.mode, parents: f.parents, wallMs: f.wallMs, logResume: pct(f.logResume), logClaim: pct(f.logClaim), procRerun: pct(f.procRerun), reasons: f.reasons })),
+      fanIn: fanIns.map((f) => ({
+        shape: f.shape,
+        mode: f.mode,
+        parents: f.parents,
+        wallMs: f.wallMs,
+        logResume: pct(f.logResume),
+        logClaim: pct(f.logClaim),
+        procRerun: pct(f.procRerun),
+        reasons: f.reasons,
+      })),
       notes,
     }),
   );

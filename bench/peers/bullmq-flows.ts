@@ -227,7 +227,10 @@ async function fanInRun(redis: Redis, parents: number, k: number, mode: string):
     await redis.hset(`${PREFIX}:${QUEUE}:meta`, 'opts.maxLenEvents', 100_000_000);
     const specs = children(k);
     const trees: { parent: string; children: string[] }[] = [];
-    const toTree = (t: Awaited<ReturnType<FlowProducer['add']>>) => ({ parent: t.job.id as string, children: (t.children ?? []).map((c) => c.job.id as string) });
+    const toTree = (t: Awaited<ReturnType<FlowProducer['add']>>) => ({
+      parent: t.job.id as string,
+      children: (t.children ?? []).map((c) => c.job.id as string),
+    });
     const t0 = performance.now();
     if (mode === 'burst') {
       const added = await Promise.all(Array.from({ length: parents }, () => flows.add({ name: 'parent', queueName: QUEUE, data: { n: k }, children: specs })));
@@ -340,14 +343,28 @@ try {
           cell((r) => r.firstStartMs, ms0),
           cell((r) => r.runMs, ms0),
           cell((r) => r.runPerSec, int),
-          cell((r) => r.tailRerunMs, (x) => x.toFixed(1)),
+          cell(
+            (r) => r.tailRerunMs,
+            (x) => x.toFixed(1),
+          ),
           cell((r) => r.totalMs, ms0),
         ]);
       }
     }
     console.log(
       table(
-        ['children', 'workers', 'add ms', 'children inserted/s', 'add CPU ms', 'add → 1st child started ms', 'run ms', 'children run/s', 'last child → parent ms', 'total ms'],
+        [
+          'children',
+          'workers',
+          'add ms',
+          'children inserted/s',
+          'add CPU ms',
+          'add → 1st child started ms',
+          'run ms',
+          'children run/s',
+          'last child → parent ms',
+          'total ms',
+        ],
         rows,
       ),
     );
@@ -356,7 +373,15 @@ try {
     console.log('\nBullMQ flows (Redis): fan-in latency per parent, ms, p50 / p99 / max\n');
     console.log(
       table(
-        ['parents x children', 'mode', 'parents', 'last child finishedOn → waiting event', '→ parent processedOn', 'in-process: child completed → parent processor', 'wall s'],
+        [
+          'parents x children',
+          'mode',
+          'parents',
+          'last child finishedOn → waiting event',
+          '→ parent processedOn',
+          'in-process: child completed → parent processor',
+          'wall s',
+        ],
         fanIns.map((f) => [f.shape, f.mode, String(f.parents), fmtP(f.logResume), fmtP(f.logClaim), fmtP(f.procRerun), (f.wallMs / 1000).toFixed(1)]),
       ),
     );
@@ -367,7 +392,15 @@ try {
       system: 'BullMQ flows (Redis)',
       concurrency: CONCURRENCY,
       spawn: spawnRuns,
-      fanIn: fanIns.map((f) => ({ shape: f.shape, mode: f.mode, parents: f.parents, wallMs: f.wallMs, logResume: pct(f.logResume), logClaim: pct(f.logClaim), procRerun: pct(f.procRerun) })),
+      fanIn: fanIns.map((f) => ({
+        shape: f.shape,
+        mode: f.mode,
+        parents: f.parents,
+        wallMs: f.wallMs,
+        logResume: pct(f.logResume),
+        logClaim: pct(f.logClaim),
+        procRerun: pct(f.procRerun),
+      })),
       notes,
     }),
   );
