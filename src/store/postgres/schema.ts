@@ -402,6 +402,7 @@ export const MIGRATIONS: readonly string[] = [
     v_rooms integer[] := '{}';
     v_running integer;
     v_types integer := coalesce(array_length(p_types, 1), 0);
+    v_ids uuid[];
   BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
       RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
@@ -426,9 +427,13 @@ export const MIGRATIONS: readonly string[] = [
         v_rooms := v_rooms || greatest(0, least(p_limit, p_limits[v_i] - v_running));
       END IF;
     END LOOP;
-    RETURN QUERY
-    WITH cand AS (
-      SELECT c.id FROM unnest(p_types, v_rooms) AS t(type, room)
+    -- The candidates first (locked: they stay queued until this transaction ends), then the
+    -- claim by primary key, planned for each call (EXECUTE): this function's generic plans are
+    -- made once per connection, and an UPDATE joined to the candidates kept the plan made when
+    -- the table was nearly empty, one that scans every queued job per claim once there are
+    -- 100,000 (a worker started before a big spawn or enqueue: seconds per claim).
+    SELECT array_agg(c.id ORDER BY c.priority, c.run_at, c.id) INTO v_ids FROM (
+      SELECT c.id, c.priority, c.run_at FROM unnest(p_types, v_rooms) AS t(type, room)
       CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at FROM {s}.jobs j
         WHERE j.state = 'queued' AND j.type = t.type
@@ -438,19 +443,23 @@ export const MIGRATIONS: readonly string[] = [
       ) c
       ORDER BY c.priority, c.run_at, c.id
       LIMIT p_limit
-    ), moved AS (
+    ) c;
+    IF v_ids IS NULL THEN
+      RETURN;
+    END IF;
+    RETURN QUERY EXECUTE $q$
+    WITH moved AS (
       UPDATE {s}.jobs j
       SET state = 'running',
           lease = j.lease + 1,
           attempts = j.attempts + 1,
-          worker_id = p_worker,
-          started_at = p_now,
-          heartbeat_at = p_now,
+          worker_id = $2,
+          started_at = $3,
+          heartbeat_at = $3,
           stalled = false,
-          log = ${logAppendFixed('queued', 'running', 'p_now', 'claimed', 'j.attempts + 1', 'p_worker')},
-          updated_at = greatest(p_now, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
-      FROM cand
-      WHERE j.id = cand.id AND j.state = 'queued'
+          log = ${logAppendFixed('queued', 'running', '$3', 'claimed', 'j.attempts + 1', '$2')},
+          updated_at = greatest($3, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
+      WHERE j.id = ANY($1)
       RETURNING j.*
     )
     SELECT NULL::integer, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
@@ -460,7 +469,8 @@ export const MIGRATIONS: readonly string[] = [
       m.stall_timeout_ms, m.result_ttl_ms, m.checkpoint::text, m.idempotency_key,
       m.workflow::text, m.wait_kind, m.wait_name, m.wait_fail_fast, m.children_total, p.data::text
     FROM moved m LEFT JOIN {s}.progress p ON p.job_id = m.id
-    ORDER BY m.priority, m.run_at, m.id;
+    ORDER BY m.priority, m.run_at, m.id
+    $q$ USING v_ids, p_worker, p_now;
   END
   $fn$;
   `,
