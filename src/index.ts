@@ -6,11 +6,14 @@ export type { Channel, ChannelHandlers, Envelope } from './channel/channel.js';
 export { DEFAULTS, type LonghaulConfig, resolveConfig } from './config.js';
 export { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './core/backoff.js';
 export {
+  BatchItemError,
+  ChildFailedError,
   classifyError,
   FatalError,
   IdempotencyConflictError,
   InputValidationError,
   InvalidOptionsError,
+  JobEndedError,
   type JobError,
   JobNotFoundError,
   JobStateConflictError,
@@ -20,16 +23,31 @@ export {
   RetryableError,
   UnknownTaskError,
   UnstorableValueError,
+  WaitTimeoutError,
 } from './core/errors.js';
 export { uuidv7 } from './core/ids.js';
-export type { JobSnapshot, Priority, ResultFileLink } from './core/job.js';
+export type { ChildrenCounts, JobSnapshot, Priority, ResultFileLink } from './core/job.js';
+export type { JobWait } from './core/workflow.js';
 export type { Progress, ProgressUpdate } from './core/progress.js';
 export { canTransition, isTerminal, JOB_STATES, type JobState, TERMINAL_STATES } from './core/states.js';
 export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WebhookDelivery, type WorkerHandle } from './longhaul.js';
 export { PostgresStore } from './store/postgres/postgres-store.js';
 export { SqliteStore } from './store/sqlite/sqlite-store.js';
 export type { MigrationResult, SqlTransaction, Store } from './store/store.js';
-export { collectTasks, defineTask, type Task, type TaskContext } from './task-api/define.js';
+export {
+  type ChildOutcome,
+  type ChildrenSummary,
+  type ChildrenView,
+  type ChildSpec,
+  collectTasks,
+  defineTask,
+  type FailurePolicy,
+  type SagaStep,
+  type StageDefinition,
+  type Task,
+  type TaskContext,
+} from './task-api/define.js';
+export { Suspended } from './workflow/run.js';
 export { generateWebhookSecret, webhookSignature } from './webhooks/signing.js';
 export { InvalidWebhookError, type WebhookConfigOptions, type WebhookOption, WebhookRefusedError } from './webhooks/service.js';
 export { JobAbortedError } from './worker/abort.js';

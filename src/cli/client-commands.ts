@@ -7,15 +7,16 @@ import { isTerminal } from '../core/states.js';
 import { renderLine } from './progress-bar.js';
 import { CliError } from './runtime.js';
 import { outcomeLine, watchJob } from './watch.js';
+import { registerWorkflowCommands } from './workflow-commands.js';
 import { parseJson } from '../core/json-text.js';
 
-interface ClientFlags {
+export interface ClientFlags {
   url?: string;
   apiKey?: string;
   json?: boolean;
 }
 
-function clientFrom(flags: ClientFlags): LonghaulClient {
+export function clientFrom(flags: ClientFlags): LonghaulClient {
   const baseUrl = flags.url ?? process.env.LONGHAUL_URL ?? 'http://127.0.0.1:8080';
   const apiKey = flags.apiKey ?? process.env.LONGHAUL_API_KEY;
   return new LonghaulClient({ baseUrl, ...(apiKey ? { apiKey } : {}) });
@@ -38,7 +39,7 @@ export function describeFailure(err: unknown, flags: ClientFlags): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-function print(job: unknown, flags: ClientFlags): void {
+export function print(job: unknown, flags: ClientFlags): void {
   process.stdout.write(flags.json ? `${JSON.stringify(job, null, 2)}\n` : `${describeJob(job as JobSnapshot)}\n`);
 }
 
@@ -49,11 +50,12 @@ function describeJob(job: JobSnapshot): string {
 }
 
 /** The `ls` command line of the next page (filters repeated; never the URL or the API key). */
-function nextPageCommand(flags: { status?: string; type?: string; limit: string }, cursor: string): string {
+function nextPageCommand(flags: { status?: string; type?: string; parent?: string; limit: string }, cursor: string): string {
   const quote = (v: string) => (/^[\w.,:/=-]+$/.test(v) ? v : `'${v.replaceAll("'", "'\\''")}'`);
   const args = ['longhaul ls'];
   if (flags.status) args.push(`--status ${quote(flags.status)}`);
   if (flags.type) args.push(`--type ${quote(flags.type)}`);
+  if (flags.parent) args.push(`--parent ${quote(flags.parent)}`);
   if (flags.limit !== '20') args.push(`--limit ${quote(flags.limit)}`);
   args.push(`--cursor ${quote(cursor)}`);
   return args.join(' ');
@@ -68,13 +70,14 @@ function parseInput(text: string | undefined): unknown {
   }
 }
 
-export function registerClientCommands(program: Command): void {
-  const common = (cmd: Command) =>
-    cmd
-      .option('--url <url>', 'server URL (LONGHAUL_URL, default http://127.0.0.1:8080)')
-      .option('--api-key <key>', 'API key (LONGHAUL_API_KEY)')
-      .option('--json', 'print JSON');
+/** The options every client command takes: where the server is, the API key, JSON output. */
+export const common = (cmd: Command): Command =>
+  cmd
+    .option('--url <url>', 'server URL (LONGHAUL_URL, default http://127.0.0.1:8080)')
+    .option('--api-key <key>', 'API key (LONGHAUL_API_KEY)')
+    .option('--json', 'print JSON');
 
+export function registerClientCommands(program: Command): void {
   /** Follows the job to its end; exit 0 only when it succeeded. */
   const follow = async (client: LonghaulClient, job: JobSnapshot, flags: ClientFlags) => {
     const end = await watchJob(client, job, flags.json === true).catch((err: unknown) => {
@@ -130,9 +133,10 @@ export function registerClientCommands(program: Command): void {
   common(program.command('ls').description('list jobs, newest first'))
     .option('--status <s>', 'filter by status (comma-separated)')
     .option('--type <t>', 'filter by task type')
+    .option('--parent <id>', "only this job's children (oldest first)")
     .option('--limit <n>', 'at most this many', '20')
     .option('--cursor <c>', 'the next page: the cursor a previous ls printed')
-    .action(async (flags: ClientFlags & { status?: string; type?: string; limit: string; cursor?: string }) => {
+    .action(async (flags: ClientFlags & { status?: string; type?: string; parent?: string; limit: string; cursor?: string }) => {
       const limit = Number(flags.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new CliError('--limit must be an integer from 1 to 1000');
       const page = await clientFrom(flags)
@@ -140,6 +144,7 @@ export function registerClientCommands(program: Command): void {
           limit,
           ...(flags.status ? { status: flags.status.split(',') as JobSnapshot['status'][] } : {}),
           ...(flags.type ? { type: flags.type } : {}),
+          ...(flags.parent ? { parentId: flags.parent } : {}),
           ...(flags.cursor ? { cursor: flags.cursor } : {}),
         })
         .catch((err: unknown) => {
@@ -168,4 +173,5 @@ export function registerClientCommands(program: Command): void {
       }
     });
   }
+  registerWorkflowCommands(program);
 }

@@ -8,9 +8,10 @@
  */
 import type { JobStats, JobTransition, SnapshotPage, StreamToken } from '../core/api-types.js';
 import type { JobSnapshot, Priority } from '../core/job.js';
-import { idempotencyKeyProblem } from '../core/limits.js';
 import { isTerminal, type JobState } from '../core/states.js';
 import { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
+import { linkedController, sleep } from './abort.js';
+import { type BatchJob, type BatchOptions, type BatchResult, idempotencyHeaders, type SignalResult, submitBody } from './requests.js';
 import { readSse, type SseItem, SseParser } from './sse.js';
 import { parseJson } from '../core/json-text.js';
 
@@ -88,6 +89,8 @@ export interface GetResult {
 export interface ListFilters extends RequestOptions {
   status?: JobState | JobState[];
   type?: string;
+  /** Only this job's children, oldest first. */
+  parentId?: string;
   /** Page size, 1–1000 (server default 50). */
   limit?: number;
   cursor?: string;
@@ -144,36 +147,6 @@ function parseSnapshot(data: string): JobSnapshot | null {
   return null;
 }
 
-function linkedController(signal: AbortSignal | undefined): { ctrl: AbortController; dispose: () => void } {
-  const ctrl = new AbortController();
-  if (!signal) return { ctrl, dispose: () => undefined };
-  if (signal.aborted) {
-    ctrl.abort(signal.reason);
-    return { ctrl, dispose: () => undefined };
-  }
-  const onAbort = () => ctrl.abort(signal.reason);
-  signal.addEventListener('abort', onAbort, { once: true });
-  return { ctrl, dispose: () => signal.removeEventListener('abort', onAbort) };
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    if (signal.aborted) {
-      reject(signal.reason);
-      return;
-    }
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
 const enc = encodeURIComponent;
 
 export class LonghaulClient {
@@ -205,22 +178,8 @@ export class LonghaulClient {
 
   /** Like `submit()`, with what the headers said: replayed or not, `Retry-After`, `Location`. */
   async submitDetailed(type: string, input?: unknown, options: SubmitOptions = {}): Promise<SubmitResult> {
-    const body: Record<string, unknown> = { type };
-    if (input !== undefined) body.input = input;
-    if (options.priority !== undefined) body.priority = options.priority;
-    if (options.runAt !== undefined) body.runAt = options.runAt instanceof Date ? options.runAt.toISOString() : options.runAt;
-    if (options.delayMs !== undefined) body.delayMs = options.delayMs;
-    if (options.maxAttempts !== undefined) body.maxAttempts = options.maxAttempts;
-    if (options.timeoutMs !== undefined) body.timeoutMs = options.timeoutMs;
-    if (options.metadata !== undefined) body.metadata = options.metadata;
-    if (options.webhook !== undefined) body.webhook = options.webhook;
-    const headers: Record<string, string> = {};
-    if (options.idempotencyKey !== undefined) {
-      // fetch() would refuse a non-ASCII header with a message about "ByteString"s; say what is wrong.
-      const problem = idempotencyKeyProblem(options.idempotencyKey);
-      if (problem) throw new TypeError(`idempotencyKey ${problem}`);
-      headers['idempotency-key'] = options.idempotencyKey;
-    }
+    const body = submitBody(type, input, options);
+    const headers = idempotencyHeaders(options.idempotencyKey);
     const res = await this.request('POST', '/v1/jobs', { body, headers, signal: options.signal });
     const job = parseJson(await res.text()) as JobSnapshot;
     return {
@@ -229,6 +188,24 @@ export class LonghaulClient {
       retryAfterMs: parseRetryAfter(res.headers.get('retry-after')),
       location: res.headers.get('location'),
     };
+  }
+
+  /**
+   * Submits jobs as one batch: all are created or none (a refused job fails the whole batch with
+   * a `LonghaulApiError` naming it, `jobs[i]`). At most 1,000 jobs per batch.
+   */
+  async submitBatch(jobs: readonly BatchJob[], options: BatchOptions = {}): Promise<BatchResult> {
+    const body = { jobs: jobs.map((j) => submitBody(j.type, j.input, j.options ?? {})) };
+    const headers = idempotencyHeaders(options.idempotencyKey);
+    const res = await this.request('POST', '/v1/batches', { body, headers, signal: options.signal });
+    const page = parseJson(await res.text()) as { jobs: JobSnapshot[] };
+    return { jobs: page.jobs, replayed: res.headers.get('idempotent-replayed') === 'true' || res.status === 200 };
+  }
+
+  /** Sends the signal `name` with a JSON payload (none: null) to a job; `resumed` when it woke the job. */
+  async signal(id: string, name: string, payload?: unknown, options: RequestOptions = {}): Promise<SignalResult> {
+    const res = await this.request('POST', `/v1/jobs/${enc(id)}/signals/${enc(name)}`, { body: payload ?? null, signal: options.signal });
+    return parseJson(await res.text()) as SignalResult;
   }
 
   /** The job's current snapshot. */
@@ -248,6 +225,7 @@ export class LonghaulClient {
     const query = new URLSearchParams();
     if (filters.status !== undefined) query.set('status', Array.isArray(filters.status) ? filters.status.join(',') : filters.status);
     if (filters.type !== undefined) query.set('type', filters.type);
+    if (filters.parentId !== undefined) query.set('parentId', filters.parentId);
     if (filters.limit !== undefined) query.set('limit', String(filters.limit));
     if (filters.cursor !== undefined) query.set('cursor', filters.cursor);
     const res = await this.request('GET', '/v1/jobs', { query, signal: filters.signal });

@@ -23,5 +23,6 @@ export {
   snapshotKey,
   type WaitOptions,
 } from './client.js';
+export type { BatchJob, BatchOptions, BatchResult, SignalResult } from './requests.js';
 export { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
 export { parseSse, readSse, type SseComment, type SseEvent, type SseItem, SseParser, type SseRetry } from './sse.js';

@@ -42,3 +42,12 @@ export function idempotencyKeyProblem(key: string): string | null {
   }
   return null;
 }
+
+/** Signal names: letters, digits and `._:-`, 1 to 128 characters (safe in a URL path segment as is). */
+const SIGNAL_NAME = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Why a signal name is refused, or null when it is fine. */
+export function signalNameProblem(name: unknown): string | null {
+  if (typeof name !== 'string') return 'must be a string';
+  return SIGNAL_NAME.test(name) ? null : 'must be 1 to 128 letters, digits or . _ : - characters';
+}

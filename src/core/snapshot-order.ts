@@ -6,9 +6,13 @@
  */
 import type { JobSnapshot } from './job.js';
 
-/** What makes two snapshots of one job the same visible change. */
+/**
+ * What makes two snapshots of one job the same visible change. The progress counts as well as
+ * its time: a waiting parent's progress is computed from its children when it is read, stamped
+ * with the parent's own updatedAt, so successive reads differ only by what they show.
+ */
 export function snapshotKey(s: JobSnapshot): string {
-  return `${s.status}|${s.updatedAt}|${s.progress.updatedAt}|${s.cancelRequested}|${s.stalled}|${s.attempts}`;
+  return `${s.status}|${s.updatedAt}|${s.progress.updatedAt}|${s.progress.percent}|${s.progress.itemsDone}|${s.cancelRequested}|${s.stalled}|${s.attempts}`;
 }
 
 /**

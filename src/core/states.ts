@@ -10,7 +10,7 @@ export const JOB_STATES = [
   'queued', // due, waiting for a worker to claim it
   'running', // claimed by a worker holding a lease (fencing token); heartbeats keep it alive
   'retrying', // an attempt failed or was interrupted; promoted to queued at runAt
-  'waiting', // waiting for child jobs (fan-out)
+  'waiting', // suspended without a worker: for its children, a time or a signal (core/workflow.ts)
   'succeeded', // done; the result is kept until expiresAt, then the sweeper expires it
   'failed', // fatal error or attempts exhausted: the dead-letter set; a manual retry requeues it
   'cancelled', // by a user, or by the system on timeout; a manual retry requeues it

@@ -228,10 +228,11 @@ export function requestTimeout(job: JobRef, workerId: string | null, now: number
 /**
  * running → waiting: the handler waits (for children, a time or a signal) without holding the
  * worker. The attempt is refunded (waiting is not a failure); `runAt` is the wake-up time, or
- * NEVER when only the condition wakes the job.
+ * NEVER when only the condition wakes the job. Not once a cancel was asked for: a job whose
+ * cancel (or timeout) is recorded ends instead of waiting (and spawning) any further.
  */
 export function suspend(job: JobRef, workerId: string, now: number, runAt: number, reason: string): TransitionParams {
-  return { id: job.id, from: 'running', to: 'waiting', lease: job.lease, workerId, at: now, reason, patch: { runAt, refundAttempt: true } };
+  return { id: job.id, from: 'running', to: 'waiting', lease: job.lease, cancelRequested: false, workerId, at: now, reason, patch: { runAt, refundAttempt: true } };
 }
 
 // ---- by the sweeper -------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ export async function* watchJob(ctx: WatchContext, id: string, options: WatchOpt
     // Relayed events may have been lost while the channel was down: read the store again.
     bus.on('channel:resync', poke),
     bus.on('job:progress', (e) => {
-      if (e.id !== id || !last || last.status !== 'running') return;
+      if (e.id !== id || !last || (last.status !== 'running' && last.status !== 'waiting')) return;
       // Progress can reach the bus by more than one route (a relayed copy arriving after a
       // newer one, two channels): one older than the newest seen is never applied.
       const newest = (pushed ?? last).progress.updatedAt;

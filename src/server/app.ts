@@ -61,13 +61,20 @@ const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json(?:\s*;.*)?$/i;
 
 export const DEFAULT_STREAM_BUFFER_BYTES = 256 * 1024;
 
+/** How deeply a request body may nest: a batch's object, its array, a job, and a field one level over the library's limit. */
+const BODY_DEPTH = MAX_JSON_DEPTH + 4;
+
 /**
- * Why a parsed JSON body nests too deeply, or null. The body's own object is one level, so the
- * fields in it (`input`, `metadata`) get the depth the library allows them and are named when
- * over it, as the library would name them.
+ * Why a parsed JSON body nests too deeply, or null: a guard for the stack of every recursive
+ * consumer (serializers, hashing), with room for the depth the library allows `input`,
+ * `metadata` and signal payloads (it refuses deeper ones itself, naming them). Over the guard,
+ * a field of the body's object that is too deep is named, as the library would name it.
  */
 function tooDeep(value: unknown): HttpProblem | null {
-  if (jsonDepth(value, MAX_JSON_DEPTH + 2) <= MAX_JSON_DEPTH + 1) return null;
+  // A batch carries each job two levels further down (`{"jobs": [job]}`): its fields get the
+  // depth a single job's get, plus one, so that a field just too deep reaches the library, which
+  // refuses it by name (`jobs[0].input`).
+  if (jsonDepth(value, BODY_DEPTH + 1) <= BODY_DEPTH) return null;
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     for (const [field, v] of Object.entries(value)) {
       if (jsonDepth(v) > MAX_JSON_DEPTH) {
@@ -76,7 +83,7 @@ function tooDeep(value: unknown): HttpProblem | null {
       }
     }
   }
-  return invalidRequest(`request body nests deeper than ${MAX_JSON_DEPTH + 1} levels`);
+  return invalidRequest(`request body nests deeper than ${BODY_DEPTH} levels`);
 }
 
 /** A route option's hooks as a list (Fastify takes one function or an array). */
@@ -89,6 +96,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const app = Fastify({
     loggerInstance: (options.logger || undefined) as FastifyBaseLogger | undefined,
     bodyLimit: options.maxBodyBytes ?? 1024 * 1024,
+    // Path parameters past this are a 414: room for a signal name (128 characters), none for junk.
+    routerOptions: { maxParamLength: 160 },
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: true } },
     // Requests arriving while the server closes get a problem (the onRequest hook below), not
     // Fastify's plain JSON 503.

@@ -4,7 +4,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { isTransientStoreError } from '../core/store-errors.js';
-import { InputValidationError, InvalidOptionsError, LonghaulError, QueueFullError, UnstorableValueError } from '../core/errors.js';
+import { BatchItemError, InputValidationError, InvalidOptionsError, LonghaulError, QueueFullError, UnstorableValueError } from '../core/errors.js';
 
 export interface FieldError {
   path: string;
@@ -76,6 +76,13 @@ export function invalidRequest(detail: string, errors: FieldError[] = []): HttpP
 /** Maps any thrown value to a problem; unknown errors become a 500 without internals. */
 export function toProblem(err: unknown): HttpProblem {
   if (err instanceof HttpProblem) return err;
+  // A batch's refused job: the problem its own submission would have got, under its index.
+  if (err instanceof BatchItemError) {
+    const single = toProblem(err.cause);
+    const at = `jobs[${err.index}]`;
+    const errors = single.extra.errors?.map((e) => ({ path: e.path ? `${at}.${e.path}` : at, message: e.message }));
+    return new HttpProblem(single.status, single.code, `${at}: ${single.message}`, errors ? { errors } : {});
+  }
   if (err instanceof InputValidationError) return new HttpProblem(422, err.code, err.message, { errors: err.issues });
   if (err instanceof UnstorableValueError) return new HttpProblem(err.status, err.code, err.message, { errors: [{ path: err.path, message: err.issue }] });
   if (err instanceof QueueFullError) return new HttpProblem(503, err.code, err.message, { retryAfterSeconds: 5 });

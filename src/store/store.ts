@@ -1,7 +1,7 @@
 /**
- * The storage contract, in three parts: the job queue (JobQueueStore), result files
- * (ResultFileStore) and the webhook outbox (WebhookOutboxStore). Every store (SQLite,
- * PostgreSQL) implements all three as one `Store` on one database, and one contract suite per
+ * The storage contract, in four parts: the job queue (JobQueueStore), result files
+ * (ResultFileStore), the webhook outbox (WebhookOutboxStore) and workflows (WorkflowStore).
+ * Every store (SQLite, PostgreSQL) implements all four as one `Store` on one database, and one contract suite per
  * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
@@ -302,7 +302,7 @@ export interface JobQueueStore {
   listJobs(params: ListJobsParams): Promise<JobPage>;
   getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null>;
 
-  /** Promotes due pending/retrying jobs, then claims up to `limit` queued jobs for the worker. */
+  /** Promotes due pending/retrying/waiting jobs, then claims up to `limit` queued jobs for the worker. */
   claimJobs(params: ClaimParams): Promise<JobRecord[]>;
   /** A worker's cycle in one write: its completions (as `transition`), then a claim (as `claimJobs`). */
   completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }>;
@@ -314,7 +314,7 @@ export interface JobQueueStore {
   saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean>;
   saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean>;
 
-  /** Moves due pending/retrying jobs to queued; returns how many. */
+  /** Moves due pending/retrying/waiting jobs to queued; returns how many. */
   promoteDue(params: { now: number; limit: number }): Promise<number>;
   /** Jobs the sweeper must act on; it then applies transitions (CAS) itself. */
   sweepCandidates(params: SweepParams): Promise<JobRecord[]>;

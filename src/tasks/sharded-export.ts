@@ -15,7 +15,7 @@ export interface ShardInput {
   shard: number;
   from: number;
   to: number;
-  /** A pause per 1,000 rows, to make progress visible in a demo. */
+  /** A pause per 500 rows, to make progress visible in a demo. */
   pauseMs: number;
 }
 
@@ -46,7 +46,7 @@ export const exportShard = defineTask<Record<string, unknown>, ShardResult>({
     ctx.progress({ stage: 'exporting', itemsDone: 0, itemsTotal: to - from });
     for (let row = from; row < to; row++) {
       lines.push(`${row},customer-${row % 997},${((row * 7919) % 100_000) / 100}`);
-      if ((row - from + 1) % 1000 === 0) {
+      if ((row - from + 1) % 500 === 0) {
         ctx.progress({ itemsDone: row - from + 1 });
         if (pauseMs > 0) await withAbortReason(ctx.signal, sleep(pauseMs, undefined, { signal: ctx.signal }));
       }
@@ -65,7 +65,7 @@ export const shardedExport = defineTask<Record<string, unknown>, { rows: number;
     properties: {
       rows: { type: 'integer', minimum: 1, maximum: 1_000_000, default: 10_000 },
       shards: { type: 'integer', minimum: 1, maximum: 1_000, default: 8 },
-      pauseMs: { type: 'integer', minimum: 0, maximum: 10_000, default: 100 },
+      pauseMs: { type: 'integer', minimum: 0, maximum: 10_000, default: 200 },
     },
   },
   maxAttempts: 3,

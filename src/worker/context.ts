@@ -17,7 +17,7 @@ import { findUnstorableInValue, unstorableMessage } from '../core/storable.js';
 import { runningNote } from '../core/transitions.js';
 import type { TaskContext } from '../task-api/define.js';
 import { applyTransition } from '../transitions/apply.js';
-import type { Active } from './attempt.js';
+import { type Active, cancelKindOf } from './attempt.js';
 import { childrenView, type WorkflowHost, WorkflowRun } from '../workflow/run.js';
 import type { NewJob, Store } from '../store/store.js';
 import type { JobRecord } from '../core/job.js';
@@ -140,6 +140,10 @@ export class HandlerContexts {
       cancelChildren: async (parentId, now, reason) => (workflows ? await workflows.cancelChildren(parentId, now, reason) : 0),
       retry: (what, write) => retry(what, write),
       onSuspended: () => abortState.abort('suspended'),
+      onCancelRequested: (reason) => abortState.abort(cancelKindOf(reason)),
+      get signal() {
+        return abortState.signal;
+      },
       onLeaseLost: () => abortState.abort('lease-lost'),
     };
     active.workflow = new WorkflowRun(active.job, host);

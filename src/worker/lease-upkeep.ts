@@ -46,7 +46,10 @@ export class LeaseUpkeep {
   /** Renews the leases that are due; an attempt whose lease is gone, or whose cancel was asked for, is aborted. */
   async heartbeat(): Promise<void> {
     const now = this.o.clock();
-    const due = [...this.attempts.values()].filter((a) => !a.settled && a.nextHeartbeatAt <= now);
+    // An attempt whose outcome is queued still holds its lease until the next store cycle writes
+    // it: heartbeated meanwhile, or a cycle slower than the heartbeat timeout (a loaded store,
+    // a big batch) gets a finished job reaped as if its worker had died.
+    const due = [...this.attempts.values()].filter((a) => (!a.settled || a.outcome !== null) && a.nextHeartbeatAt <= now);
     if (due.length === 0) return;
     const results = await this.store.heartbeat({ items: due.map((a) => ({ id: a.job.id, lease: a.job.lease })), now });
     results.forEach((r, i) => {

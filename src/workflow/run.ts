@@ -14,6 +14,7 @@
 import type { JobBus } from '../channel/bus.js';
 import { ChildFailedError, FatalError, LeaseLostError, WaitTimeoutError } from '../core/errors.js';
 import type { JobRecord } from '../core/job.js';
+import { signalNameProblem } from '../core/limits.js';
 import { type JobState, TERMINAL_STATES } from '../core/states.js';
 import { suspend } from '../core/transitions.js';
 import { emptyWorkflow, NEVER, readWorkflow, type WaitCondition, type WaitEntry, type WorkflowState } from '../core/workflow.js';
@@ -64,6 +65,10 @@ export interface WorkflowHost {
   retry<T>(what: string, write: () => Promise<T>): Promise<T>;
   /** The job was suspended: abort the attempt's signal. */
   onSuspended(): void;
+  /** A cancel (or timeout) was recorded for the job: abort the attempt with it. */
+  onCancelRequested(reason: string | null): void;
+  /** The attempt's signal (a wait does not start once it fired). */
+  readonly signal: AbortSignal;
   /** The lease was lost during a workflow write. */
   onLeaseLost(): void;
 }
@@ -133,9 +138,8 @@ export class WorkflowRun {
 
   /** Waits for the signal `name`; resolves to its payload, or throws WaitTimeoutError after `timeoutMs`. */
   async waitFor(name: string, timeoutMs: number | undefined): Promise<unknown> {
-    if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(name)) {
-      throw new TypeError(`signal names are 1–128 letters, digits and . _ : - (got ${JSON.stringify(name)})`);
-    }
+    const problem = signalNameProblem(name);
+    if (problem) throw new TypeError(`signal name ${problem} (got ${JSON.stringify(name)})`);
     if (timeoutMs !== undefined && (!Number.isFinite(timeoutMs) || timeoutMs < 0)) throw new TypeError('timeoutMs must be a non-negative number');
     const key = this.nextKey();
     let entry = this.entryAt(key, 'signal');
@@ -190,12 +194,21 @@ export class WorkflowRun {
 
   /** Suspends the job on `wait`; returns only when a signal wait found its signal already sent. */
   private async suspendOn(wait: WaitCondition, runAt: number, reason: string, children?: NewJob[]): Promise<Extract<SuspendResult, { kind: 'signalled' }>> {
-    const { store, bus, clock, workerId } = this.host;
+    const { store, bus, clock, workerId, signal } = this.host;
+    // Cancelled, timed out or stopping: the attempt ends now, it does not wait.
+    if (signal.aborted) throw signal.reason;
     const write = suspend(this.job, workerId, clock(), runAt, reason);
     const params = children === undefined ? { write, wait, workflow: this.journal } : { write, wait, workflow: this.journal, children };
     const r = await this.host.retry('suspend', () => store.suspend(params));
     if (r.kind === 'signalled') return r;
     if (r.kind === 'lost') {
+      // Refused because a cancel was recorded (by a user, a parent's cascade or a timeout,
+      // maybe in another process), or because the lease is gone: end the attempt as such.
+      const [status] = await this.host.retry('lease status', () => store.leaseStatus({ items: [{ id: this.job.id, lease: this.job.lease }] }));
+      if (status?.ok && status.cancelRequested) {
+        this.host.onCancelRequested(status.cancelReason);
+        throw signal.reason;
+      }
       this.host.onLeaseLost();
       throw new LeaseLostError(this.job.id);
     }

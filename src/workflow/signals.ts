@@ -6,24 +6,16 @@
  */
 import type { JobBus } from '../channel/bus.js';
 import { InvalidOptionsError, JobEndedError, JobNotFoundError } from '../core/errors.js';
+import { signalNameProblem } from '../core/limits.js';
 import type { JobIdentity } from '../core/transitions.js';
 import { jsonCopy } from '../facade/prepare.js';
 import type { WorkflowStore } from '../store/store.js';
-
-/** Letters, digits and `._:-`, 1 to 128 characters: safe in a URL path segment as is. */
-const SIGNAL_NAME = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export interface SignalOutcome {
   jobId: string;
   name: string;
   /** True when the job was waiting for this signal and is queued again; false when it is kept for the job's next wait. */
   resumed: boolean;
-}
-
-/** Why a signal name is refused, or null. */
-export function signalNameProblem(name: unknown): string | null {
-  if (typeof name !== 'string') return 'must be a string';
-  return SIGNAL_NAME.test(name) ? null : 'must be 1 to 128 letters, digits or . _ : - characters';
 }
 
 /** A waiting job the store queued again, announced as the change it is (waiting → queued). */

@@ -20,6 +20,7 @@ import { emptyWorkflow, NEVER } from '../../src/core/workflow.js';
 import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../../src/index.js';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
+import { renderMigrations } from '../../src/store/postgres/schema.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import type { SqlTransaction } from '../../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
@@ -118,6 +119,41 @@ describe('PostgresStore specifics', () => {
       assert.equal((await store.insertJob({ job: newJob() })).kind, 'created');
     } finally {
       await store.close();
+    }
+  });
+
+  it('a version-2 schema upgrades to workflows: its jobs read back, promote, claim and complete as before', async () => {
+    const schema = 'from_v2';
+    await admin(async (c) => {
+      await c.query(`CREATE SCHEMA "${schema}"`);
+      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      for (const [i, sql] of renderMigrations(schema).slice(0, 2).entries()) {
+        await c.query(sql);
+        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [i + 1]);
+      }
+    });
+    const old = new PostgresStore({ connectionString: db.url, schema });
+    try {
+      const due = newJob({ type: 'old', state: 'pending', runAt: T0 + 10 });
+      // Inserted through the version-2 columns only (the store's own insert names no new column).
+      await old.insertJob({ job: due });
+      assert.deepEqual(await old.migrate(), { from: 2, to: PostgresStore.latestVersion });
+      const job = await old.getJob({ id: due.id });
+      assert.deepEqual([job?.workflow, job?.wait, job?.childrenTotal], [null, null, 0]);
+      const [claimed] = await old.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 + 10 });
+      assert.equal(claimed?.id, due.id);
+      assert.equal(claimed?.childrenTotal, 0);
+      const { applied } = await old.completeAndClaim({
+        complete: [{ id: due.id, from: 'running', to: 'succeeded', lease: claimed.lease, reason: 'done', at: T0 + 11 }],
+        claim: { workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 + 11 },
+      });
+      assert.deepEqual(applied, [true]);
+      assert.deepEqual(
+        (await old.getTransitions({ id: due.id }))?.map((e) => e.reason),
+        ['submitted', 'due', 'claimed', 'done'],
+      );
+    } finally {
+      await old.close();
     }
   });
 

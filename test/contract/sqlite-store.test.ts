@@ -131,6 +131,33 @@ describe('SqliteStore specifics', () => {
     assert.equal((await stores[2]?.countByState({}))?.queued, 1);
   });
 
+  it('a version-2 database upgrades to workflows: its jobs read back, promote and claim as before', async () => {
+    const path = tempPath();
+    const { DatabaseSync } = await import('node:sqlite');
+    const raw = new DatabaseSync(path);
+    raw.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
+    for (const sql of MIGRATIONS.slice(0, 2)) raw.exec(sql);
+    raw.exec("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', '2')");
+    const due = newJob({ state: 'pending', runAt: 1_000 });
+    raw
+      .prepare(
+        `INSERT INTO jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
+         VALUES (?, 'acme', 'report', 'pending', 2, 3, 1000, 0, 0, 30000, 60000, '[{"from":null,"to":"pending","at":0,"reason":"submitted","attempt":0,"workerId":null}]')`,
+      )
+      .run(due.id);
+    raw.close();
+    const store = await track(Promise.resolve(new SqliteStore({ path })));
+    assert.deepEqual(await store.migrate(), { from: 2, to: MIGRATIONS.length });
+    const job = await store.getJob({ id: due.id });
+    assert.deepEqual([job?.workflow, job?.wait, job?.childrenTotal], [null, null, 0]);
+    const [claimed] = await store.claimJobs({ workerId: 'w', types: [{ type: 'report' }], limit: 1, now: 1_000 });
+    assert.equal(claimed?.id, due.id);
+    assert.deepEqual(
+      (await store.getTransitions({ id: due.id }))?.map((e) => e.reason),
+      ['submitted', 'due', 'claimed'],
+    );
+  });
+
   it('refuses a database whose schema is newer than this code', async () => {
     const store = await track(openStore());
     store.db.prepare("UPDATE longhaul_meta SET value = ? WHERE key = 'schema_version'").run(String(MIGRATIONS.length + 1));

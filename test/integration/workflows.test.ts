@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { FatalError, RetryableError, WaitTimeoutError } from '../../src/core/errors.js';
+import { requestCancel } from '../../src/core/transitions.js';
 import { Longhaul } from '../../src/longhaul.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { pollUntil as until } from '../support/poll.js';
@@ -117,6 +118,54 @@ const tasks = [
       },
       { name: 'load', run: (_input: unknown, _ctx, previous: { rows: number }) => ({ loaded: previous.rows }) },
     ],
+  }),
+  defineTask({
+    type: 'wf.staged-waits',
+    maxAttempts: 1,
+    stages: [
+      {
+        name: 'first',
+        run: (input: unknown) => {
+          count(`${(input as { tag: string }).tag}:first`);
+          return 1;
+        },
+      },
+      {
+        name: 'second',
+        run: async (input: unknown, ctx, previous: number) => {
+          const tag = (input as { tag: string }).tag;
+          count(`${tag}:second`);
+          await ctx.sleep(200);
+          const approval = await ctx.waitFor<{ ok: boolean }>('go');
+          return { previous, approval };
+        },
+      },
+    ],
+  }),
+  defineTask({
+    type: 'wf.saga-waits',
+    maxAttempts: 1,
+    steps: [
+      { name: 'hold', run: () => ({ held: true }), compensate: () => void order.push('unhold') },
+      {
+        name: 'confirm',
+        run: async (_input: unknown, ctx) => {
+          const answer = await ctx.waitFor<{ confirmed: boolean }>('confirm');
+          if (!answer.confirmed) throw new FatalError('not confirmed', { code: 'NOT_CONFIRMED' });
+          return answer;
+        },
+      },
+    ],
+  }),
+  defineTask({
+    type: 'wf.late-spawn',
+    maxAttempts: 1,
+    async run(input: unknown, ctx) {
+      const { tag } = input as { tag: string };
+      await new Promise<void>((resolve) => gates.set(tag, resolve));
+      await ctx.spawn([{ type: 'wf.child', input: { n: 1 } }], { failurePolicy: 'collect' });
+      return 'spawned';
+    },
   }),
   defineTask({
     type: 'wf.saga',
@@ -293,6 +342,46 @@ for (const target of TARGETS) {
       const log = await logOf(lh, job.id);
       const notes = log.filter((l) => l.includes('compensat'));
       assert.deepEqual(notes, ['running>running:step ship failed; compensating', 'running>running:compensated reserve', 'running>running:compensated charge']);
+    });
+
+    it('stages and saga steps may sleep and wait; a stage done before the wait is not run again', async () => {
+      const tag = `${T}-sw`;
+      const job = await lh.submit('wf.staged-waits', { tag });
+      await until(async () => ((await lh.get(job.id))?.waitingFor?.kind === 'signal' ? true : undefined), 'the stage to wait for its signal');
+      await lh.signal(job.id, 'go', { ok: true });
+      const done = await settled(lh, job.id, 10_000);
+      assert.deepEqual(done.result, { previous: 1, approval: { ok: true } });
+      assert.equal(runs.get(`${tag}:first`), 1);
+      assert.equal(runs.get(`${tag}:second`), 3, 'the stage ran again after its sleep and after its signal');
+
+      order.length = 0;
+      const saga = await lh.submit('wf.saga-waits', null);
+      await until(async () => ((await lh.get(saga.id))?.status === 'waiting' ? true : undefined), 'the step to wait');
+      await lh.signal(saga.id, 'confirm', { confirmed: false });
+      const failed = await settled(lh, saga.id, 10_000);
+      assert.equal(failed.error?.code, 'NOT_CONFIRMED');
+      assert.equal((failed.error as { compensated?: boolean }).compensated, true);
+      assert.deepEqual(order, ['unhold']);
+    });
+
+    it('a job whose cancel was recorded does not wait: it ends cancelled and spawns nothing', async () => {
+      for (const how of ['seen', 'unseen'] as const) {
+        const tag = `${T}-late-${how}`;
+        const job = await lh.submit('wf.late-spawn', { tag });
+        await until(async () => (gates.has(tag) ? true : undefined), 'the handler to reach its gate');
+        if (how === 'seen') await lh.cancel(job.id);
+        else {
+          // Recorded straight in the store, as another process would: this worker has not heard of it.
+          const rec = await lh.store.getJob({ id: job.id });
+          assert.ok(rec);
+          assert.deepEqual(await lh.store.transition({ items: [requestCancel(rec, Date.now())] }), [true]);
+        }
+        gates.get(tag)?.();
+        const done = await settled(lh, job.id, 10_000);
+        assert.equal(done.status, 'cancelled', how);
+        assert.equal(done.children, null, `${how}: no child was created`);
+        assert.equal((await lh.list({ parentId: job.id, limit: 10 })).items.length, 0);
+      }
     });
 
     it('closes', async () => {

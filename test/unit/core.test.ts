@@ -740,4 +740,14 @@ describe('nextInOrder: what a stream sends after the last snapshot it sent', () 
     assert.equal((nextInOrder(running, snap({ status: 'succeeded', updated: 200, percent: 100, progressAt: 50 })) as JobSnapshot).progress.percent, 100);
     assert.equal((nextInOrder(running, snap({ updated: 200, attempts: 2, percent: 0, progressAt: null })) as JobSnapshot).progress.percent, 0);
   });
+
+  it('a waiting parent read again with more children done is a change, though its times are the same', () => {
+    // Without a channel (SQLite, server and workers in separate processes) a stream follows a
+    // parent by reading it: its aggregate progress is computed at each read and stamped with the
+    // parent's own updatedAt, which does not move while its children run.
+    const first = snap({ status: 'waiting', updated: 0, percent: 10, progressAt: 0 });
+    const later = snap({ status: 'waiting', updated: 0, percent: 40, progressAt: 0 });
+    assert.equal((nextInOrder(first, later) as JobSnapshot | null)?.progress.percent, 40);
+    assert.equal(nextInOrder(later, { ...later }), null, 'the same read twice is still sent once');
+  });
 });

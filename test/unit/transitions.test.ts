@@ -26,44 +26,12 @@ import {
   type TransitionParams,
 } from '../../src/core/transitions.js';
 
+import { runningJob } from '../support/job-record.js';
+
 const NOW = 1_700_000_000_000;
 
 function job(overrides: Partial<JobRecord> = {}): JobRecord {
-  return {
-    id: 'j1',
-    tenant: 't',
-    type: 'x',
-    state: 'running',
-    priority: 'normal',
-    input: null,
-    metadata: null,
-    result: null,
-    error: null,
-    attempts: 1,
-    maxAttempts: 3,
-    lease: 4,
-    workerId: 'w1',
-    cancelRequested: false,
-    cancelReason: null,
-    cancelRequestedAt: null,
-    stalled: false,
-    parentId: null,
-    createdAt: NOW - 10_000,
-    startedAt: NOW - 5_000,
-    finishedAt: null,
-    updatedAt: NOW - 1_000,
-    runAt: NOW - 10_000,
-    expiresAt: null,
-    heartbeatAt: NOW - 1_000,
-    timeoutMs: 2_000,
-    heartbeatTimeoutMs: 30_000,
-    stallTimeoutMs: null,
-    resultTtlMs: 60_000,
-    checkpoint: null,
-    idempotencyKey: null,
-    progress: { percent: null, message: null, stage: null, current: null, total: null, updatedAt: null } as unknown as JobRecord['progress'],
-    ...overrides,
-  } as JobRecord;
+  return runningJob(NOW, overrides);
 }
 
 function legal(w: TransitionParams): void {

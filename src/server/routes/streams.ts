@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import { JobNotFoundError } from '../../core/errors.js';
 import type { JobSnapshot } from '../../core/job.js';
-import { nextInOrder } from '../../core/snapshot-order.js';
+import { nextInOrder, snapshotKey } from '../../core/snapshot-order.js';
 import { isTerminal } from '../../core/states.js';
 import type { AppContext } from '../context.js';
 import type { Caller } from '../auth.js';
@@ -89,7 +89,7 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
     let lastSeq = lastEventId ?? -1;
     const send = (snap: JobSnapshot) => {
       const seq = changeSeq(snap);
-      const key = `${statusKey(snap)}|${snap.progress.updatedAt}|${snap.updatedAt}`;
+      const key = snapshotKey(snap);
       if (key === lastKey) return;
       // On resume, skip state the client already has; later frames always move forward.
       if (lastKey === null && seq <= lastSeq) {

@@ -101,7 +101,8 @@ export class PgWorkflowOps {
     // Locked, the parents cannot be resumed, claimed and suspended again by anyone else between
     // reading why they may resume and the compare-and-swap; a second caller waits for the lock,
     // then finds them queued.
-    return this.resume(this.sql.lockParents, [[...failed.keys()], [...failed.values()]], params.at);
+    const childFailed = [...failed].filter(([, f]) => f).map(([id]) => id);
+    return this.resume(this.sql.lockParents, [[...failed.keys()], childFailed], params.at);
   }
 
   async resumeStrandedParents(params: { at: number; limit: number }): Promise<ResumedJob[]> {
@@ -169,12 +170,16 @@ function statements(s: string) {
     setWait: `UPDATE ${s}.jobs SET workflow = $2::json, wait_kind = $3, wait_name = $4, wait_key = $5, wait_fail_fast = $6,
       children_total = children_total + $7 WHERE id = $1`,
     saveWorkflow: `UPDATE ${s}.jobs SET workflow = $3::json WHERE id = $1 AND lease = $2 AND state = 'running'`,
-    // Parents listed by the caller, with whether one of their children just failed: for each,
-    // the reason to resume it, or null (an open child left). One probe of the open-children index per parent.
+    // Parents listed by the caller ($2: those one of whose children just failed), each found by
+    // its id (an index probe), with the reason to resume it, or null (an open child left: one
+    // probe of the open-children index).
     lockParents: `SELECT p.id::text, p.tenant, p.type,
-        CASE WHEN p.wait_fail_fast AND i.failed THEN 'child failed' WHEN NOT ${openChild('p.id')} THEN 'children done' END
-      FROM unnest($1::uuid[], $2::boolean[]) AS i(id, failed) JOIN ${s}.jobs p ON p.id = i.id
-      WHERE p.state = 'waiting' AND p.wait_kind = 'children'
+        CASE
+          WHEN p.wait_fail_fast AND p.id = ANY($2::uuid[]) THEN 'child failed'
+          WHEN NOT ${openChild('p.id')} THEN 'children done'
+        END
+      FROM ${s}.jobs p
+      WHERE p.id = ANY($1::uuid[]) AND p.state = 'waiting' AND p.wait_kind = 'children'
       ORDER BY p.id
       FOR UPDATE OF p`,
     // Any parent in that case; one another transaction is resuming is skipped (it is being resumed).
