@@ -33,7 +33,8 @@
  *   latest entry into a terminal state among its children) → the parent's `waiting → queued`
  *   entry (resumption), and → its second `queued → running` entry (claimed again); and, in
  *   this process (performance.now, sub-millisecond), the last child's end event on the bus →
- *   the parent's handler running again. p50 / p99 / max over the parents.
+ *   the parent's handler running again. p50 / p99 / max over the parents. Also from the logs:
+ *   the parent's running → waiting (its spawn) → its first child's claim.
  *
  * Prints tables, then one JSON line (the last line of stdout).
  */
@@ -296,6 +297,8 @@ interface FanInResult {
   logResume: number[];
   logClaim: number[];
   procRerun: number[];
+  /** Per parent, ms, from the logs: its running → waiting (the spawn) → its first child claimed. */
+  firstClaim: number[];
   wallMs: number;
   reasons: Record<string, number>;
 }
@@ -339,6 +342,7 @@ async function fanInRun(parents: number, k: number, mode: string): Promise<FanIn
       const logResume: number[] = [];
       const logClaim: number[] = [];
       const procRerun: number[] = [];
+      const firstClaim: number[] = [];
       const reasons: Record<string, number> = {};
       for (const id of ids) {
         const log = await lh.transitions(id);
@@ -355,20 +359,23 @@ async function fanInRun(parents: number, k: number, mode: string): Promise<FanIn
           cursor = page.nextCursor;
         } while (cursor !== null);
         if (childIds.length !== k) throw new Error(`parent ${id}: ${childIds.length} children listed, expected ${k}`);
-        const ends = await pooled(childIds, STORE === 'pg' ? 16 : 1, async (cid) => {
+        const times = await pooled(childIds, STORE === 'pg' ? 16 : 1, async (cid) => {
           const cl = await lh.transitions(cid);
           const e = cl.find((t) => t.to === 'succeeded' || t.to === 'failed' || t.to === 'cancelled');
-          if (!e) throw new Error(`child ${cid} did not end`);
-          return ms(e.at);
+          const c = cl.find((t) => t.from === 'queued' && t.to === 'running');
+          if (!e || !c) throw new Error(`child ${cid} did not run and end`);
+          return { end: ms(e.at), claim: ms(c.at) };
         });
-        const lastEnd = Math.max(...ends);
+        const lastEnd = Math.max(...times.map((t) => t.end));
+        const suspended = log.find((t) => t.from === 'running' && t.to === 'waiting');
+        if (suspended) firstClaim.push(Math.min(...times.map((t) => t.claim)) - ms(suspended.at));
         const second = claims[1] as { at: string };
         logResume.push(ms(resumed.at) - lastEnd);
         logClaim.push(ms(second.at) - lastEnd);
         const p = probe(id);
         procRerun.push((p.rerun as number) - (p.lastChildEnd as number));
       }
-      return { shape: `${parents}x${k}`, mode, parents: ids.length, logResume, logClaim, procRerun, wallMs, reasons };
+      return { shape: `${parents}x${k}`, mode, parents: ids.length, logResume, logClaim, procRerun, firstClaim, wallMs, reasons };
     } finally {
       unwatch();
     }
@@ -426,6 +433,7 @@ try {
         logResume: [],
         logClaim: [],
         procRerun: [],
+        firstClaim: [],
         wallMs: 0,
         reasons: {},
       };
@@ -435,6 +443,7 @@ try {
         merged.logResume.push(...r.logResume);
         merged.logClaim.push(...r.logClaim);
         merged.procRerun.push(...r.procRerun);
+        merged.firstClaim.push(...r.firstClaim);
         merged.wallMs += r.wallMs;
         for (const [k, v] of Object.entries(r.reasons)) merged.reasons[k] = (merged.reasons[k] ?? 0) + v;
         console.error(`fan-in ${r.shape} ${mode} run ${run}: ${(r.wallMs / 1000).toFixed(1)} s; resume p50 ${fmtMs(pct(r.logResume).p50)} ms`);
@@ -496,8 +505,26 @@ try {
     console.log(`\n${system}: fan-in latency per parent, ms, p50 / p99 / max\n`);
     console.log(
       table(
-        ['parents x children', 'mode', 'parents', 'log: last child end → waiting→queued', 'log: → queued→running', 'in-process: child end → handler', 'wall s'],
-        fanIns.map((f) => [f.shape, f.mode, String(f.parents), fmtP(f.logResume), fmtP(f.logClaim), fmtP(f.procRerun), (f.wallMs / 1000).toFixed(1)]),
+        [
+          'parents x children',
+          'mode',
+          'parents',
+          'log: last child end → waiting→queued',
+          'log: → queued→running',
+          'in-process: child end → handler',
+          'log: spawn → 1st child claimed',
+          'wall s',
+        ],
+        fanIns.map((f) => [
+          f.shape,
+          f.mode,
+          String(f.parents),
+          fmtP(f.logResume),
+          fmtP(f.logClaim),
+          fmtP(f.procRerun),
+          fmtP(f.firstClaim),
+          (f.wallMs / 1000).toFixed(1),
+        ]),
       ),
     );
     console.log(`  resumption reasons: ${fanIns.map((f) => `${f.shape} ${f.mode}: ${JSON.stringify(f.reasons)}`).join('; ')}`);
@@ -516,6 +543,7 @@ try {
         logResume: pct(f.logResume),
         logClaim: pct(f.logClaim),
         procRerun: pct(f.procRerun),
+        firstClaim: pct(f.firstClaim),
         reasons: f.reasons,
       })),
       notes,
