@@ -19,7 +19,7 @@ export interface JobEvents {
   'job:changed': { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string; parentId?: string };
   /** A running job reported progress (coalesced: a few per second at most). */
   'job:progress': { id: string; tenant: string; progress: Progress; parentId?: string };
-  /** The sweeper promoted due pending, retrying and waiting jobs to queued. */
+  /** Jobs became claimable in bulk: the sweeper promoted due pending, retrying and waiting jobs, or a handler spawned children. Idle workers wake. */
   'jobs:promoted': { count: number };
   /** Cancellation of a running job was requested; its worker should abort now. */
   'job:cancel-requested': { id: string; reason: string };

@@ -213,6 +213,8 @@ export class WorkflowRun {
       throw new LeaseLostError(this.job.id);
     }
     announce(bus, this.job, write);
+    // The children are claimable: wake idle workers (here, and elsewhere through the channel).
+    if (children !== undefined && children.length > 0) bus.emit('jobs:promoted', { count: children.length });
     this.host.onSuspended();
     throw new Suspended(reason);
   }
