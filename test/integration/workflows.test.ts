@@ -266,8 +266,14 @@ for (const target of TARGETS) {
 
     it('collect: the parent waits for all its children, then reads their results and errors', async () => {
       const children = Array.from({ length: 20 }, (_, n) => ({ n, fail: n % 7 === 3 }));
+      // Spawned children wake idle workers at once (an idle SQLite worker does not see its own
+      // connection's writes in its change poll).
+      const wakes: number[] = [];
+      const off = lh.bus.on('jobs:promoted', (e) => wakes.push(e.count));
       const parent = await lh.submit('wf.parent', { tag: `${T}-c`, children, policy: 'collect' });
       const done = await settled(lh, parent.id, 20_000);
+      off();
+      assert.ok(wakes.includes(20), `a wake for the 20 children; saw ${JSON.stringify(wakes)}`);
       assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
       const expectSum = children.filter((c) => !c.fail).reduce((a, c) => a + c.n * c.n, 0);
       assert.deepEqual(done.result, { summary: { total: 20, succeeded: 17, failed: 3 }, sum: expectSum, errors: ['CHILD_BROKE', 'CHILD_BROKE', 'CHILD_BROKE'] });
