@@ -45,6 +45,7 @@ import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { packageVersion, serverNote, withDatabase } from './lib/pg-database.js';
 import { boolFlag, fmtMs, gitState, listFlag, loadNote, median, numFlag, percentile, profiled, strFlag, table } from './lib/util.js';
+import { fanInModes, fanInShapes, fmtP, int, pct } from './lib/workflow-shapes.js';
 
 const STORE = strFlag('store') ?? 'sqlite';
 if (STORE !== 'sqlite' && STORE !== 'pg') throw new Error('--store is sqlite or pg');
@@ -61,18 +62,8 @@ const BASELINE = !boolFlag('no-baseline');
 const PROFILE = strFlag('profile');
 const LIB = strFlag('lib');
 
-function fanInShapes(): { parents: number; children: number }[] {
-  const raw = strFlag('fanin') ?? '200x10,20x1000';
-  if (raw === 'none') return [];
-  return raw.split(',').map((s) => {
-    const m = /^(\d+)x(\d+)$/.exec(s.trim());
-    if (!m) throw new Error(`--fanin takes PxK pairs, e.g. 200x10,20x1000 (got ${s})`);
-    return { parents: Number(m[1]), children: Number(m[2]) };
-  });
-}
 const FANIN = fanInShapes();
-const MODES = (strFlag('fanin-mode') ?? 'burst,seq').split(',').filter((m) => m !== '');
-for (const m of MODES) if (m !== 'burst' && m !== 'seq') throw new Error('--fanin-mode takes burst and/or seq');
+const MODES = fanInModes();
 
 type Lib = typeof import('../src/index.js');
 type Longhaul = import('../src/index.js').Longhaul;
@@ -382,15 +373,6 @@ async function fanInRun(parents: number, k: number, mode: string): Promise<FanIn
   });
 }
 
-const pct = (list: number[]) => {
-  const s = [...list].sort((a, b) => a - b);
-  return { p50: percentile(s, 0.5), p99: percentile(s, 0.99), max: s[s.length - 1] ?? Number.NaN };
-};
-const fmtP = (list: number[]) => {
-  const p = pct(list);
-  return `${fmtMs(p.p50)} / ${fmtMs(p.p99)} / ${fmtMs(p.max)}`;
-};
-const int = (n: number) => Math.round(n).toLocaleString('en-US');
 
 try {
   const notes: string[] = [loadNote('at start', true)];

@@ -30,6 +30,7 @@ import { createRequire } from 'node:module';
 import { FlowProducer, type Job, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { fmtMs, listFlag, loadNote, median, numFlag, percentile, strFlag, table } from '../lib/util.js';
+import { fanInModes, fanInShapes, fmtP, int, pct } from '../lib/workflow-shapes.js';
 
 const SIZES = listFlag('children', [10_000, 100_000]);
 const WORKERS = listFlag('workers', [1, 2]);
@@ -42,17 +43,8 @@ const connection = { host: url.hostname, port: Number(url.port || 6379), maxRetr
 const PREFIX = 'lhbench';
 const QUEUE = 'bench-flows';
 
-function fanInShapes(): { parents: number; children: number }[] {
-  const raw = strFlag('fanin') ?? '200x10,20x1000';
-  if (raw === 'none') return [];
-  return raw.split(',').map((s) => {
-    const m = /^(\d+)x(\d+)$/.exec(s.trim());
-    if (!m) throw new Error(`--fanin takes PxK pairs, e.g. 200x10,20x1000 (got ${s})`);
-    return { parents: Number(m[1]), children: Number(m[2]) };
-  });
-}
 const FANIN = fanInShapes();
-const MODES = (strFlag('fanin-mode') ?? 'burst,seq').split(',').filter((m) => m !== '');
+const MODES = fanInModes();
 
 /** Deletes every key of the bench queue (SCAN + UNLINK on its prefix only), then lifts the event stream's length limit. */
 async function reset(redis: Redis): Promise<void> {
@@ -273,15 +265,6 @@ async function fanInRun(redis: Redis, parents: number, k: number, mode: string):
   }
 }
 
-const pct = (list: number[]) => {
-  const s = [...list].sort((a, b) => a - b);
-  return { p50: percentile(s, 0.5), p99: percentile(s, 0.99), max: s[s.length - 1] ?? Number.NaN };
-};
-const fmtP = (list: number[]) => {
-  const p = pct(list);
-  return `${fmtMs(p.p50)} / ${fmtMs(p.p99)} / ${fmtMs(p.max)}`;
-};
-const int = (n: number) => Math.round(n).toLocaleString('en-US');
 
 const redis = new Redis(connection);
 try {
