@@ -1,0 +1,325 @@
+/**
+ * Schedules (cron): create, read, change, pause, resume, delete and trigger them, and the tick
+ * pass that submits their runs. The decisions are core/schedule.ts's; the rows are the store's
+ * ScheduleStore part.
+ *
+ * Exactly once per tick, however many processes tick: every process's sweeper calls `tick()`
+ * each pass (PostgreSQL elects one sweeper, but ticking is cheap and safe anywhere, and a tick
+ * must not wait for the election after a failover). A tick's job carries the idempotency key
+ * (schedule name, tick time) in the schedule's tenant, so concurrent submissions of one tick find
+ * one job; the schedule then moves on by a compare-and-swap on nextRunAt. A process that dies
+ * between the two leaves the schedule due: the next pass submits the same key (the existing job
+ * comes back) and moves it on.
+ */
+import type { Logger } from 'pino';
+import { InvalidScheduleError, ScheduleDeclaredError, ScheduleExistsError, ScheduleNotFoundError, UnknownTaskError, IdempotencyConflictError } from '../core/errors.js';
+import type { JobSnapshot } from '../core/job.js';
+import { type CatchUp, decideTick, nextTick, nextTicks, type ScheduleRecord, type ScheduleSpec, scheduleSpecProblem, tickKey } from '../core/schedule.js';
+import { isTerminal, type JobState } from '../core/states.js';
+import type { JobQueueStore, ScheduleStore } from '../store/store.js';
+import type { SubmitOptions } from './submission.js';
+
+/** The tenant of requests without keys, and of declared schedules unless they name another. */
+const DEFAULT_TENANT = 'default';
+/** How many schedules one tick pass handles at most (the rest the next pass). */
+const TICK_BATCH = 100;
+/** How many next times a schedule's view shows. */
+export const NEXT_RUNS_SHOWN = 5;
+/** The most schedules a list returns. */
+export const MAX_SCHEDULES_LISTED = 1000;
+
+/** What a user creates (over the API) or declares (in a tasks module). */
+export interface ScheduleInput {
+  name: string;
+  task: string;
+  cron: string;
+  /** Default 'UTC'. */
+  timezone?: string;
+  input?: unknown;
+  /** Default 'skip'. */
+  catchUp?: CatchUp;
+  /** Default true. */
+  overlap?: boolean;
+  /** Start paused (create only). */
+  paused?: boolean;
+}
+
+export type SchedulePatch = Partial<Omit<ScheduleInput, 'name' | 'paused'>>;
+
+/** A schedule as the API shows it. Times are ISO strings in UTC; `timezone` is the one the cron expression is read in. */
+export interface ScheduleView {
+  name: string;
+  task: string;
+  cron: string;
+  timezone: string;
+  input: unknown;
+  catchUp: CatchUp;
+  overlap: boolean;
+  paused: boolean;
+  /** Declared in the tasks module (read-only over the API but for pause, resume, trigger, delete). */
+  declared: boolean;
+  /** The next NEXT_RUNS_SHOWN tick times (empty while paused). */
+  nextRuns: string[];
+  lastRun: { at: string; jobId: string; status: JobState | null } | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface TickReport {
+  /** Runs submitted (or found already submitted by another process). */
+  fired: number;
+  /** Due schedules moved on without a run (missed ticks skipped, or overlap refused). */
+  skipped: number;
+  /** Due schedules another process moved on first. */
+  lost: number;
+}
+
+export interface SchedulesContext {
+  readonly store: ScheduleStore & Pick<JobQueueStore, 'getJob'>;
+  /** The task types this instance knows: a schedule's task must be one. */
+  readonly tasks: ReadonlyMap<string, unknown>;
+  /** Submits a run (idempotency honoured). */
+  readonly enqueue: (type: string, input: unknown, options: SubmitOptions) => Promise<{ job: JobSnapshot; replayed: boolean }>;
+  readonly logger: Logger;
+  readonly clock?: () => number;
+}
+
+export interface ScheduleScope {
+  /** The caller's tenant (default 'default'). */
+  tenant?: string;
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+/** A spec with its defaults, checked; throws InvalidScheduleError naming the field. */
+export function normalizeSpec(input: unknown): ScheduleSpec {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new InvalidScheduleError([{ path: '', message: 'a schedule must be an object' }]);
+  const raw = input as Partial<ScheduleInput>;
+  const spec = {
+    name: raw.name,
+    task: raw.task,
+    cron: typeof raw.cron === 'string' ? raw.cron.trim() : raw.cron,
+    timezone: raw.timezone ?? 'UTC',
+    input: raw.input ?? null,
+    catchUp: raw.catchUp ?? 'skip',
+    overlap: raw.overlap ?? true,
+  } as Partial<ScheduleSpec>;
+  const problem = scheduleSpecProblem(spec);
+  if (problem) throw new InvalidScheduleError([{ path: problem.field, message: problem.message }]);
+  return spec as ScheduleSpec;
+}
+
+export class Schedules {
+  private readonly clock: () => number;
+
+  constructor(private readonly ctx: SchedulesContext) {
+    this.clock = ctx.clock ?? Date.now;
+  }
+
+  private tenantOf(scope: ScheduleScope): string {
+    return scope.tenant ?? DEFAULT_TENANT;
+  }
+
+  private checkTask(spec: ScheduleSpec): void {
+    if (!this.ctx.tasks.has(spec.task)) throw new UnknownTaskError(spec.task);
+  }
+
+  private async mustGet(name: string, scope: ScheduleScope): Promise<ScheduleRecord> {
+    const found = await this.ctx.store.getSchedule({ tenant: this.tenantOf(scope), name });
+    if (!found) throw new ScheduleNotFoundError(name);
+    return found;
+  }
+
+  /** The view of a record: its next times and the state of its last run. */
+  async view(s: ScheduleRecord): Promise<ScheduleView> {
+    const last = s.lastJobId ? await this.ctx.store.getJob({ id: s.lastJobId, tenant: s.tenant }) : null;
+    const from = Math.max(this.clock(), (s.nextRunAt ?? Number.POSITIVE_INFINITY) - 1);
+    return {
+      name: s.name,
+      task: s.task,
+      cron: s.cron,
+      timezone: s.timezone,
+      input: s.input,
+      catchUp: s.catchUp,
+      overlap: s.overlap,
+      paused: s.paused,
+      declared: s.declared,
+      // From the pending tick on (a tick due but not yet handled is still next); nothing while paused.
+      nextRuns: s.paused || s.nextRunAt === null ? [] : nextTicks(s, Math.min(from, s.nextRunAt - 1), NEXT_RUNS_SHOWN).map(iso),
+      lastRun: s.lastRunAt !== null && s.lastJobId !== null ? { at: iso(s.lastRunAt), jobId: s.lastJobId, status: last?.state ?? null } : null,
+      createdAt: iso(s.createdAt),
+      updatedAt: iso(s.updatedAt),
+    };
+  }
+
+  async create(input: ScheduleInput, scope: ScheduleScope = {}): Promise<ScheduleView> {
+    const spec = normalizeSpec(input);
+    this.checkTask(spec);
+    if (input.paused !== undefined && typeof input.paused !== 'boolean') throw new InvalidScheduleError([{ path: 'paused', message: 'paused must be a boolean' }]);
+    const now = this.clock();
+    const record: ScheduleRecord = {
+      ...spec,
+      tenant: this.tenantOf(scope),
+      declared: false,
+      paused: input.paused ?? false,
+      nextRunAt: nextTick(spec, now),
+      lastRunAt: null,
+      lastJobId: null,
+      createdAt: now,
+      updatedAt: now,
+    };
+    if (!(await this.ctx.store.insertSchedule({ schedule: record }))) throw new ScheduleExistsError(spec.name);
+    return this.view(record);
+  }
+
+  async list(scope: ScheduleScope = {}): Promise<ScheduleView[]> {
+    const rows = await this.ctx.store.listSchedules({ tenant: this.tenantOf(scope), limit: MAX_SCHEDULES_LISTED });
+    return Promise.all(rows.map((r) => this.view(r)));
+  }
+
+  async get(name: string, scope: ScheduleScope = {}): Promise<ScheduleView> {
+    return this.view(await this.mustGet(name, scope));
+  }
+
+  /** Changes an API-created schedule; a new cron or timezone moves the next tick. Declared ones are refused. */
+  async update(name: string, patch: SchedulePatch, scope: ScheduleScope = {}): Promise<ScheduleView> {
+    if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) throw new InvalidScheduleError([{ path: '', message: 'the change must be an object' }]);
+    const current = await this.mustGet(name, scope);
+    if (current.declared) throw new ScheduleDeclaredError(name);
+    const spec = normalizeSpec({ ...current, ...patch, name });
+    this.checkTask(spec);
+    const now = this.clock();
+    const timing = spec.cron !== current.cron || spec.timezone !== current.timezone;
+    const record: ScheduleRecord = { ...current, ...spec, nextRunAt: timing ? nextTick(spec, now) : current.nextRunAt, updatedAt: now };
+    await this.ctx.store.replaceSchedule({ schedule: record });
+    return this.view(record);
+  }
+
+  async pause(name: string, scope: ScheduleScope = {}): Promise<ScheduleView> {
+    const s = await this.ctx.store.setSchedulePaused({ tenant: this.tenantOf(scope), name, paused: true, now: this.clock() });
+    if (!s) throw new ScheduleNotFoundError(name);
+    return this.view(s);
+  }
+
+  /** Resumes from the next tick after now: ticks that fell while paused are not run. */
+  async resume(name: string, scope: ScheduleScope = {}): Promise<ScheduleView> {
+    const current = await this.mustGet(name, scope);
+    const now = this.clock();
+    const s = await this.ctx.store.setSchedulePaused({ tenant: current.tenant, name, paused: false, nextRunAt: current.paused ? nextTick(current, now) : current.nextRunAt, now });
+    if (!s) throw new ScheduleNotFoundError(name);
+    return this.view(s);
+  }
+
+  /** Deletes it (a declared one comes back at the next start while the module still declares it). Runs already submitted are left alone. */
+  async delete(name: string, scope: ScheduleScope = {}): Promise<void> {
+    if (!(await this.ctx.store.deleteSchedule({ tenant: this.tenantOf(scope), name }))) throw new ScheduleNotFoundError(name);
+  }
+
+  /** Submits one run now, outside the cron times (paused or not, overlap or not), and records it as the last run. */
+  async trigger(name: string, scope: ScheduleScope = {}): Promise<JobSnapshot> {
+    const s = await this.mustGet(name, scope);
+    const now = this.clock();
+    const { job } = await this.ctx.enqueue(s.task, s.input, { tenant: s.tenant, metadata: { schedule: s.name, trigger: 'manual' } });
+    await this.ctx.store.recordScheduleRun({ tenant: s.tenant, name: s.name, at: now, jobId: job.id });
+    return job;
+  }
+
+  /**
+   * Declared schedules (tasks module), upserted by name in their tenant at start. A new one is
+   * created; a changed one takes the declaration (its next tick moves when its cron or timezone
+   * changed; paused and the last run are kept); an unchanged one is left alone, so processes
+   * starting together do not disturb each other's ticks.
+   */
+  async declare(declared: ReadonlyArray<ScheduleInput & { tenant?: string }>): Promise<void> {
+    const now = this.clock();
+    const seen = new Set<string>();
+    for (const d of declared) {
+      const spec = normalizeSpec(d);
+      const tenant = d.tenant ?? DEFAULT_TENANT;
+      if (seen.has(`${tenant}\n${spec.name}`)) throw new InvalidScheduleError([{ path: 'name', message: `two declared schedules are named "${spec.name}"` }]);
+      seen.add(`${tenant}\n${spec.name}`);
+      this.checkTask(spec);
+      const current = await this.ctx.store.getSchedule({ tenant, name: spec.name });
+      const fresh: ScheduleRecord = { ...spec, tenant, declared: true, paused: d.paused ?? false, nextRunAt: nextTick(spec, now), lastRunAt: null, lastJobId: null, createdAt: now, updatedAt: now };
+      if (!current) {
+        // Another process may insert it first: then it is the same declaration, nothing to do.
+        await this.ctx.store.insertSchedule({ schedule: fresh });
+        continue;
+      }
+      const same =
+        current.declared &&
+        current.task === spec.task &&
+        current.cron === spec.cron &&
+        current.timezone === spec.timezone &&
+        current.catchUp === spec.catchUp &&
+        current.overlap === spec.overlap &&
+        JSON.stringify(current.input) === JSON.stringify(spec.input);
+      if (same) continue;
+      const timing = current.cron !== spec.cron || current.timezone !== spec.timezone;
+      await this.ctx.store.replaceSchedule({
+        schedule: { ...current, ...spec, declared: true, nextRunAt: timing ? fresh.nextRunAt : current.nextRunAt, updatedAt: now },
+      });
+    }
+  }
+
+  /** One tick pass: every due schedule submits its run (or skips it) and moves on. */
+  async tick(now: number = this.clock()): Promise<TickReport> {
+    const report: TickReport = { fired: 0, skipped: 0, lost: 0 };
+    const due = await this.ctx.store.dueSchedules({ now, limit: TICK_BATCH });
+    for (const s of due) {
+      try {
+        await this.tickOne(s, now, report);
+      } catch (err) {
+        // One schedule's failure (its task unknown to this process, a database hiccup) leaves it due for the next pass or another process.
+        this.ctx.logger.warn({ err, schedule: s.name, tenant: s.tenant }, 'schedule tick failed; it stays due');
+      }
+    }
+    return report;
+  }
+
+  private async tickOne(s: ScheduleRecord, now: number, report: TickReport): Promise<void> {
+    const expected = s.nextRunAt as number;
+    let previousRunOpen = false;
+    if (!s.overlap && s.lastJobId) {
+      const last = await this.ctx.store.getJob({ id: s.lastJobId, tenant: s.tenant });
+      previousRunOpen = last !== null && !isTerminal(last.state);
+    }
+    const decision = decideTick(s, now, previousRunOpen);
+    if (decision.kind === 'wait') return;
+    if (decision.kind === 'skip') {
+      const moved = await this.ctx.store.advanceSchedule({ tenant: s.tenant, name: s.name, expectedNextRunAt: expected, nextRunAt: decision.nextRunAt, now });
+      if (!moved) {
+        report.lost++;
+        return;
+      }
+      report.skipped++;
+      this.ctx.logger.info({ schedule: s.name, tenant: s.tenant, reason: decision.reason, missed: decision.missed }, decision.reason === 'overlap' ? 'schedule tick skipped: the previous run is still going' : 'schedule ticks missed and skipped');
+      return;
+    }
+    let jobId: string | null = null;
+    try {
+      const { job } = await this.ctx.enqueue(s.task, s.input, {
+        tenant: s.tenant,
+        idempotencyKey: tickKey(s.name, decision.tickAt),
+        metadata: { schedule: s.name, tick: iso(decision.tickAt) },
+      });
+      jobId = job.id;
+    } catch (err) {
+      // The schedule's input changed between two processes' submissions of one tick: the tick's job exists.
+      if (!(err instanceof IdempotencyConflictError)) throw err;
+    }
+    const moved = await this.ctx.store.advanceSchedule({
+      tenant: s.tenant,
+      name: s.name,
+      expectedNextRunAt: expected,
+      nextRunAt: decision.nextRunAt,
+      ...(jobId ? { lastRun: { at: decision.tickAt, jobId } } : {}),
+      now,
+    });
+    if (moved) report.fired++;
+    else report.lost++;
+    if (moved && decision.missed > 0) this.ctx.logger.info({ schedule: s.name, tenant: s.tenant, missed: decision.missed, catchUp: s.catchUp }, 'schedule ticks were missed');
+  }
+}
