@@ -13,9 +13,10 @@
  */
 import type { Logger } from 'pino';
 import { InvalidScheduleError, ScheduleDeclaredError, ScheduleExistsError, ScheduleNotFoundError, UnknownTaskError, IdempotencyConflictError } from '../core/errors.js';
+import type { ScheduleInput, SchedulePatch, ScheduleView } from '../core/api-types.js';
 import type { JobSnapshot } from '../core/job.js';
-import { type CatchUp, decideTick, nextTick, nextTicks, type ScheduleRecord, type ScheduleSpec, scheduleSpecProblem, tickKey } from '../core/schedule.js';
-import { isTerminal, type JobState } from '../core/states.js';
+import { decideTick, nextTick, nextTicks, type ScheduleRecord, type ScheduleSpec, scheduleSpecProblem, tickKey } from '../core/schedule.js';
+import { isTerminal } from '../core/states.js';
 import type { JobQueueStore, ScheduleStore } from '../store/store.js';
 import type { SubmitOptions } from './submission.js';
 
@@ -28,42 +29,7 @@ export const NEXT_RUNS_SHOWN = 5;
 /** The most schedules a list returns. */
 export const MAX_SCHEDULES_LISTED = 1000;
 
-/** What a user creates (over the API) or declares (in a tasks module). */
-export interface ScheduleInput {
-  name: string;
-  task: string;
-  cron: string;
-  /** Default 'UTC'. */
-  timezone?: string;
-  input?: unknown;
-  /** Default 'skip'. */
-  catchUp?: CatchUp;
-  /** Default true. */
-  overlap?: boolean;
-  /** Start paused (create only). */
-  paused?: boolean;
-}
-
-export type SchedulePatch = Partial<Omit<ScheduleInput, 'name' | 'paused'>>;
-
-/** A schedule as the API shows it. Times are ISO strings in UTC; `timezone` is the one the cron expression is read in. */
-export interface ScheduleView {
-  name: string;
-  task: string;
-  cron: string;
-  timezone: string;
-  input: unknown;
-  catchUp: CatchUp;
-  overlap: boolean;
-  paused: boolean;
-  /** Declared in the tasks module (read-only over the API but for pause, resume, trigger, delete). */
-  declared: boolean;
-  /** The next NEXT_RUNS_SHOWN tick times (empty while paused). */
-  nextRuns: string[];
-  lastRun: { at: string; jobId: string; status: JobState | null } | null;
-  createdAt: string;
-  updatedAt: string;
-}
+export type { ScheduleInput, SchedulePatch, ScheduleView } from '../core/api-types.js';
 
 export interface TickReport {
   /** Runs submitted (or found already submitted by another process). */

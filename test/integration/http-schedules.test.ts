@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { call, type Harness, KEY_B, problemOf, startHarness, until } from '../support/http-harness.js';
+import { LonghaulApiError, LonghaulClient } from '../../src/client/index.js';
+import { call, type Harness, KEY_A, KEY_B, problemOf, startHarness, until } from '../support/http-harness.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 
 const dbs: TestDatabase[] = [];
@@ -111,6 +112,26 @@ for (const target of TARGETS) {
       problemOf(await call(h.base, '/v1/schedules/berlin'), 404, 'SCHEDULE_NOT_FOUND');
       // The run of a deleted schedule stays.
       assert.equal((await call(h.base, `/v1/jobs/${trig.json.id}`)).json.status, 'succeeded');
+    });
+
+    it('the client: every schedule method, and refusals as LonghaulApiError with the code and field', async () => {
+      const client = new LonghaulClient({ baseUrl: h.base, apiKey: KEY_A });
+      const created = await client.createSchedule({ name: 'client-made', task: 't.quick', cron: '0 0 1 1 *', timezone: 'America/New_York', catchUp: 'runOnce', overlap: false });
+      assert.deepEqual([created.catchUp, created.overlap, created.nextRuns[0]?.slice(5)], ['runOnce', false, '01-01T05:00:00.000Z']);
+      assert.ok((await client.listSchedules()).some((s) => s.name === 'client-made'));
+      assert.equal((await client.getSchedule('client-made')).timezone, 'America/New_York');
+      assert.equal((await client.updateSchedule('client-made', { cron: '0 0 2 1 *' })).nextRuns[0]?.slice(5), '01-02T05:00:00.000Z');
+      assert.equal((await client.pauseSchedule('client-made')).paused, true);
+      assert.equal((await client.resumeSchedule('client-made')).paused, false);
+      const job = await client.triggerSchedule('client-made');
+      assert.equal(job.type, 't.quick');
+      await client.deleteSchedule('client-made');
+      const err = await client.getSchedule('client-made').catch((e: unknown) => e);
+      assert.ok(err instanceof LonghaulApiError);
+      assert.deepEqual([err.status, err.code], [404, 'SCHEDULE_NOT_FOUND']);
+      const invalid = await client.createSchedule({ name: 'y', task: 't.quick', cron: '0 0 * *' }).catch((e: unknown) => e);
+      assert.ok(invalid instanceof LonghaulApiError);
+      assert.deepEqual([invalid.status, invalid.code, invalid.errors[0]?.path], [422, 'INVALID_SCHEDULE', 'cron']);
     });
 
     it('a per-second schedule ticks by itself: one run per tick, each with its tick time', async () => {
