@@ -116,34 +116,35 @@ export type TickDecision =
   | { kind: 'skip'; nextRunAt: number | null; missed: number; reason: 'missed' | 'overlap' };
 
 /**
- * What a tick pass does with a schedule at `now`. The due ticks are those from nextRunAt to now.
- * The latest of them fires when it is on time (within ON_TIME_GRACE_MS of now), whatever the
- * policy; older ones are missed. When none is on time (every process was down), 'skip' fires
- * nothing and 'runOnce' fires once, keyed by the first missed tick (nextRunAt). Either way
- * nextRunAt becomes the first tick after now. `previousRunOpen`: the last run is not terminal,
- * which refuses the run when the schedule forbids overlap.
+ * What a tick pass does next with a schedule at `now`; the caller applies it and asks again until
+ * it says 'wait' (a pass may owe several ticks). A tick is on time while it is at most
+ * ON_TIME_GRACE_MS old: each on-time tick fires, in order, each keyed by its own time (a pass
+ * that ran late loses none). Ticks older than that were missed (every process was down): 'skip'
+ * fires nothing for them, 'runOnce' fires one run keyed by the first missed tick; either way the
+ * schedule moves on to the first tick that is not missed. `previousRunOpen`: the last run is not
+ * terminal, which turns a fire into a skip when the schedule forbids overlap.
  *
- * Only the grace window is walked tick by tick (at most 60 ticks of a per-second schedule), so
- * a long downtime of a frequent schedule costs no more than a short one.
+ * Only the missed ticks are walked one by one, and at most MISSED_COUNT_CAP of them (to count
+ * them for the log), so a long downtime of a frequent schedule costs no more than a short one.
  */
 export function decideTick(s: ScheduleRecord, now: number, previousRunOpen: boolean): TickDecision {
   if (s.paused || s.nextRunAt === null || s.nextRunAt > now) return { kind: 'wait' };
   const cron = cronOf(s);
   const after = (t: number): number | null => cron.nextRun(new Date(t))?.getTime() ?? null;
-  const windowStart = Math.max(s.nextRunAt, now - ON_TIME_GRACE_MS);
-  let latestOnTime: number | null = null;
-  let onTimeCount = 0;
-  for (let t = windowStart === s.nextRunAt ? s.nextRunAt : after(windowStart - 1); t !== null && t <= now; t = after(t)) {
-    latestOnTime = t;
-    onTimeCount++;
+  const windowStart = now - ON_TIME_GRACE_MS;
+  let decision: TickDecision;
+  if (s.nextRunAt >= windowStart) {
+    decision = { kind: 'fire', tickAt: s.nextRunAt, nextRunAt: after(s.nextRunAt), missed: 0 };
+  } else {
+    let missed = 0;
+    for (let t: number | null = s.nextRunAt; t !== null && t < windowStart && missed < MISSED_COUNT_CAP; t = after(t)) missed++;
+    // The first tick that is not missed: on time (at or before now) or still to come.
+    const resumeAt = after(windowStart - 1);
+    if (s.catchUp === 'skip') return { kind: 'skip', nextRunAt: resumeAt, missed, reason: 'missed' };
+    decision = { kind: 'fire', tickAt: s.nextRunAt, nextRunAt: resumeAt, missed };
   }
-  let missed = 0;
-  for (let t: number | null = s.nextRunAt; t !== null && t < windowStart && missed < MISSED_COUNT_CAP; t = after(t)) missed++;
-  missed += Math.max(0, onTimeCount - 1);
-  const next = after(now);
-  if (latestOnTime === null && s.catchUp === 'skip') return { kind: 'skip', nextRunAt: next, missed, reason: 'missed' };
-  if (!s.overlap && previousRunOpen) return { kind: 'skip', nextRunAt: next, missed, reason: 'overlap' };
-  return { kind: 'fire', tickAt: latestOnTime ?? s.nextRunAt, nextRunAt: next, missed };
+  if (!s.overlap && previousRunOpen) return { kind: 'skip', nextRunAt: decision.nextRunAt, missed: decision.missed, reason: 'overlap' };
+  return decision;
 }
 
 /** The idempotency key of the job a tick submits: one job per (schedule, tick) in the schedule's tenant. */

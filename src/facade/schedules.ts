@@ -24,6 +24,8 @@ import type { SubmitOptions } from './submission.js';
 const DEFAULT_TENANT = 'default';
 /** How many schedules one tick pass handles at most (the rest the next pass). */
 const TICK_BATCH = 100;
+/** Decisions applied to one schedule in one pass at most (more than the on-time window can hold). */
+const MAX_ROUNDS = 200;
 /** How many next times a schedule's view shows. */
 export const NEXT_RUNS_SHOWN = 5;
 /** The most schedules a list returns. */
@@ -245,47 +247,46 @@ export class Schedules {
     return report;
   }
 
-  private async tickOne(s: ScheduleRecord, now: number, report: TickReport): Promise<void> {
-    const expected = s.nextRunAt as number;
-    let previousRunOpen = false;
-    if (!s.overlap && s.lastJobId) {
-      const last = await this.ctx.store.getJob({ id: s.lastJobId, tenant: s.tenant });
-      previousRunOpen = last !== null && !isTerminal(last.state);
-    }
-    const decision = decideTick(s, now, previousRunOpen);
-    if (decision.kind === 'wait') return;
-    if (decision.kind === 'skip') {
-      const moved = await this.ctx.store.advanceSchedule({ tenant: s.tenant, name: s.name, expectedNextRunAt: expected, nextRunAt: decision.nextRunAt, now });
+  /** Applies decisions to one schedule until it waits (a late pass may owe it several on-time ticks) or another process moved it first. */
+  private async tickOne(due: ScheduleRecord, now: number, report: TickReport): Promise<void> {
+    let s = due;
+    // Bounded: the on-time window holds at most ON_TIME_GRACE_MS / 1000 + 1 ticks (per-second cron).
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      let previousRunOpen = false;
+      if (!s.overlap && s.lastJobId) {
+        const last = await this.ctx.store.getJob({ id: s.lastJobId, tenant: s.tenant });
+        previousRunOpen = last !== null && !isTerminal(last.state);
+      }
+      const decision = decideTick(s, now, previousRunOpen);
+      if (decision.kind === 'wait') return;
+      const expected = s.nextRunAt as number;
+      let lastRun: { at: number; jobId: string } | undefined;
+      if (decision.kind === 'fire') {
+        try {
+          const { job } = await this.ctx.enqueue(s.task, s.input, {
+            tenant: s.tenant,
+            idempotencyKey: tickKey(s.name, decision.tickAt),
+            metadata: { schedule: s.name, tick: iso(decision.tickAt) },
+          });
+          lastRun = { at: decision.tickAt, jobId: job.id };
+        } catch (err) {
+          // The schedule's input changed between two processes' submissions of one tick: the tick's job exists.
+          if (!(err instanceof IdempotencyConflictError)) throw err;
+        }
+      }
+      const moved = await this.ctx.store.advanceSchedule({ tenant: s.tenant, name: s.name, expectedNextRunAt: expected, nextRunAt: decision.nextRunAt, ...(lastRun ? { lastRun } : {}), now });
       if (!moved) {
         report.lost++;
         return;
       }
-      report.skipped++;
-      this.ctx.logger.info({ schedule: s.name, tenant: s.tenant, reason: decision.reason, missed: decision.missed }, decision.reason === 'overlap' ? 'schedule tick skipped: the previous run is still going' : 'schedule ticks missed and skipped');
-      return;
+      if (decision.kind === 'fire') report.fired++;
+      else report.skipped++;
+      if (decision.kind === 'skip' && decision.reason === 'overlap') {
+        this.ctx.logger.info({ schedule: s.name, tenant: s.tenant }, 'schedule tick skipped: the previous run is still going');
+      } else if (decision.missed > 0) {
+        this.ctx.logger.info({ schedule: s.name, tenant: s.tenant, missed: decision.missed, catchUp: s.catchUp }, `schedule ticks were missed (${s.catchUp === 'skip' ? 'skipped' : 'one run for them'})`);
+      }
+      s = { ...s, nextRunAt: decision.nextRunAt, ...(lastRun ? { lastRunAt: lastRun.at, lastJobId: lastRun.jobId } : {}) };
     }
-    let jobId: string | null = null;
-    try {
-      const { job } = await this.ctx.enqueue(s.task, s.input, {
-        tenant: s.tenant,
-        idempotencyKey: tickKey(s.name, decision.tickAt),
-        metadata: { schedule: s.name, tick: iso(decision.tickAt) },
-      });
-      jobId = job.id;
-    } catch (err) {
-      // The schedule's input changed between two processes' submissions of one tick: the tick's job exists.
-      if (!(err instanceof IdempotencyConflictError)) throw err;
-    }
-    const moved = await this.ctx.store.advanceSchedule({
-      tenant: s.tenant,
-      name: s.name,
-      expectedNextRunAt: expected,
-      nextRunAt: decision.nextRunAt,
-      ...(jobId ? { lastRun: { at: decision.tickAt, jobId } } : {}),
-      now,
-    });
-    if (moved) report.fired++;
-    else report.lost++;
-    if (moved && decision.missed > 0) this.ctx.logger.info({ schedule: s.name, tenant: s.tenant, missed: decision.missed, catchUp: s.catchUp }, 'schedule ticks were missed');
   }
 }

@@ -83,20 +83,34 @@ describe('decideTick', () => {
     assert.deepEqual(decideTick(record({ nextRunAt: null }), tick + 1, false), { kind: 'wait' });
   });
 
-  it('fires an on-time tick and moves to the next one', () => {
+  it('fires an on-time tick (up to the grace) and moves to the next one', () => {
     assert.deepEqual(decideTick(record(), tick + 500, false), { kind: 'fire', tickAt: tick, nextRunAt: tick + 3_600_000, missed: 0 });
     assert.equal(decideTick(record(), tick + ON_TIME_GRACE_MS, false).kind, 'fire');
   });
 
-  it('skip: a late tick is missed and not run; the next future tick follows', () => {
+  it('a late pass loses no on-time tick: each fires in turn, keyed by its own time', () => {
+    const s = record({ cron: '* * * * * *' });
+    const now = tick + 2_500;
+    const fired: number[] = [];
+    for (let d = decideTick(s, now, false); d.kind === 'fire'; d = decideTick(s, now, false)) {
+      fired.push(d.tickAt);
+      s.nextRunAt = d.nextRunAt;
+    }
+    assert.deepEqual(fired, [tick, tick + 1_000, tick + 2_000]);
+    assert.equal(s.nextRunAt, tick + 3_000);
+  });
+
+  it('skip: ticks older than the grace are missed and not run; the next future tick follows', () => {
     const now = tick + 3 * 3_600_000 + 20 * 60_000; // down from before 10:00 until 13:20
     assert.deepEqual(decideTick(record(), now, false), { kind: 'skip', nextRunAt: tick + 4 * 3_600_000, missed: 4, reason: 'missed' });
     assert.equal(decideTick(record(), tick + ON_TIME_GRACE_MS + 1, false).kind, 'skip');
   });
 
-  it('skip: when the latest due tick is on time it still runs, the older ones are missed', () => {
+  it('skip: an on-time tick after missed ones still runs', () => {
     const now = tick + 3 * 3_600_000 + 1_000;
-    assert.deepEqual(decideTick(record(), now, false), { kind: 'fire', tickAt: tick + 3 * 3_600_000, nextRunAt: tick + 4 * 3_600_000, missed: 3 });
+    const first = decideTick(record(), now, false);
+    assert.deepEqual(first, { kind: 'skip', nextRunAt: tick + 3 * 3_600_000, missed: 3, reason: 'missed' });
+    assert.deepEqual(decideTick(record({ nextRunAt: tick + 3 * 3_600_000 }), now, false), { kind: 'fire', tickAt: tick + 3 * 3_600_000, nextRunAt: tick + 4 * 3_600_000, missed: 0 });
   });
 
   it('runOnce: one run for all missed ticks, keyed by the first missed one', () => {
@@ -110,10 +124,11 @@ describe('decideTick', () => {
     assert.equal(decideTick(record({ overlap: true }), tick + 1, true).kind, 'fire');
   });
 
-  it('a very long downtime of a per-second schedule still finds the next tick', () => {
+  it('a very long downtime of a per-second schedule is decided without walking it', () => {
     const started = performance.now();
-    const d = decideTick(record({ cron: '* * * * * *', catchUp: 'runOnce' }), tick + 3 * 86_400_000, false);
-    assert.deepEqual(d, { kind: 'fire', tickAt: tick + 3 * 86_400_000, nextRunAt: tick + 3 * 86_400_000 + 1_000, missed: MISSED_COUNT_CAP + 60 });
+    const now = tick + 3 * 86_400_000;
+    const d = decideTick(record({ cron: '* * * * * *', catchUp: 'runOnce' }), now, false);
+    assert.deepEqual(d, { kind: 'fire', tickAt: tick, nextRunAt: now - ON_TIME_GRACE_MS, missed: MISSED_COUNT_CAP });
     assert.ok(performance.now() - started < 1_000, 'the downtime is not walked tick by tick');
   });
 });
