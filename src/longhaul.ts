@@ -15,6 +15,7 @@ import type { JobSnapshot } from './core/job.js';
 import { isTerminal, type JobState } from './core/states.js';
 import { cancelJob, type ControlContext, retryJob } from './facade/control.js';
 import { LazyFiles } from './facade/files.js';
+import { prepare } from './facade/prepare.js';
 import * as reads from './facade/reads.js';
 import { Schedules } from './facade/schedules.js';
 import { channelReady, defaultChannel, Runtime, type StartWorkerOptions, storeFor, type WorkerHandle } from './facade/runtime.js';
@@ -95,6 +96,9 @@ export class Longhaul {
     this.schedules = new Schedules({
       store,
       tasks: taskMap,
+      check: async (type, input) => {
+        await prepare({ tasks: taskMap, config }, type, input, {}, Date.now());
+      },
       enqueue: (type, input, options) => this.enqueue(type, input, options),
       logger: logger.child({ component: 'schedules' }),
       ...(clock ? { clock } : {}),

@@ -12,7 +12,7 @@
  * comes back) and moves it on.
  */
 import type { Logger } from 'pino';
-import { InvalidScheduleError, ScheduleDeclaredError, ScheduleExistsError, ScheduleNotFoundError, UnknownTaskError, IdempotencyConflictError } from '../core/errors.js';
+import { IdempotencyConflictError, InvalidScheduleError, LonghaulError, ScheduleDeclaredError, ScheduleExistsError, ScheduleNotFoundError, UnknownTaskError } from '../core/errors.js';
 import type { ScheduleInput, SchedulePatch, ScheduleView } from '../core/api-types.js';
 import type { JobSnapshot } from '../core/job.js';
 import { decideTick, nextTick, nextTicks, type ScheduleRecord, type ScheduleSpec, scheduleSpecProblem, tickKey } from '../core/schedule.js';
@@ -36,7 +36,7 @@ export type { ScheduleInput, SchedulePatch, ScheduleView } from '../core/api-typ
 export interface TickReport {
   /** Runs submitted (or found already submitted by another process). */
   fired: number;
-  /** Due schedules moved on without a run (missed ticks skipped, or overlap refused). */
+  /** Due schedules moved on without a run (missed ticks skipped, overlap refused, or the run refused by its task). */
   skipped: number;
   /** Due schedules another process moved on first. */
   lost: number;
@@ -46,6 +46,8 @@ export interface SchedulesContext {
   readonly store: ScheduleStore & Pick<JobQueueStore, 'getJob'>;
   /** The task types this instance knows: a schedule's task must be one. */
   readonly tasks: ReadonlyMap<string, unknown>;
+  /** Checks a run's task and input as a submission would (UnknownTaskError, InputValidationError, UnstorableValueError), writing nothing. */
+  readonly check: (type: string, input: unknown) => Promise<void>;
   /** Submits a run (idempotency honoured). */
   readonly enqueue: (type: string, input: unknown, options: SubmitOptions) => Promise<{ job: JobSnapshot; replayed: boolean }>;
   readonly logger: Logger;
@@ -90,8 +92,10 @@ export class Schedules {
     return scope.tenant ?? DEFAULT_TENANT;
   }
 
-  private checkTask(spec: ScheduleSpec): void {
+  /** The task must be known here and the input must pass its schema: a schedule whose every run would be refused is refused now. */
+  private async checkRun(spec: ScheduleSpec): Promise<void> {
     if (!this.ctx.tasks.has(spec.task)) throw new UnknownTaskError(spec.task);
+    await this.ctx.check(spec.task, spec.input);
   }
 
   private async mustGet(name: string, scope: ScheduleScope): Promise<ScheduleRecord> {
@@ -103,7 +107,6 @@ export class Schedules {
   /** The view of a record: its next times and the state of its last run. */
   async view(s: ScheduleRecord): Promise<ScheduleView> {
     const last = s.lastJobId ? await this.ctx.store.getJob({ id: s.lastJobId, tenant: s.tenant }) : null;
-    const from = Math.max(this.clock(), (s.nextRunAt ?? Number.POSITIVE_INFINITY) - 1);
     return {
       name: s.name,
       task: s.task,
@@ -115,7 +118,7 @@ export class Schedules {
       paused: s.paused,
       declared: s.declared,
       // From the pending tick on (a tick due but not yet handled is still next); nothing while paused.
-      nextRuns: s.paused || s.nextRunAt === null ? [] : nextTicks(s, Math.min(from, s.nextRunAt - 1), NEXT_RUNS_SHOWN).map(iso),
+      nextRuns: s.paused || s.nextRunAt === null ? [] : nextTicks(s, s.nextRunAt - 1, NEXT_RUNS_SHOWN).map(iso),
       lastRun: s.lastRunAt !== null && s.lastJobId !== null ? { at: iso(s.lastRunAt), jobId: s.lastJobId, status: last?.state ?? null } : null,
       createdAt: iso(s.createdAt),
       updatedAt: iso(s.updatedAt),
@@ -124,7 +127,7 @@ export class Schedules {
 
   async create(input: ScheduleInput, scope: ScheduleScope = {}): Promise<ScheduleView> {
     const spec = normalizeSpec(input);
-    this.checkTask(spec);
+    await this.checkRun(spec);
     if (input.paused !== undefined && typeof input.paused !== 'boolean') throw new InvalidScheduleError([{ path: 'paused', message: 'paused must be a boolean' }]);
     const now = this.clock();
     const record: ScheduleRecord = {
@@ -157,7 +160,7 @@ export class Schedules {
     const current = await this.mustGet(name, scope);
     if (current.declared) throw new ScheduleDeclaredError(name);
     const spec = normalizeSpec({ ...current, ...patch, name });
-    this.checkTask(spec);
+    await this.checkRun(spec);
     const now = this.clock();
     const timing = spec.cron !== current.cron || spec.timezone !== current.timezone;
     const record: ScheduleRecord = { ...current, ...spec, nextRunAt: timing ? nextTick(spec, now) : current.nextRunAt, updatedAt: now };
@@ -208,7 +211,7 @@ export class Schedules {
       const tenant = d.tenant ?? DEFAULT_TENANT;
       if (seen.has(`${tenant}\n${spec.name}`)) throw new InvalidScheduleError([{ path: 'name', message: `two declared schedules are named "${spec.name}"` }]);
       seen.add(`${tenant}\n${spec.name}`);
-      this.checkTask(spec);
+      await this.checkRun(spec);
       const current = await this.ctx.store.getSchedule({ tenant, name: spec.name });
       const fresh: ScheduleRecord = { ...spec, tenant, declared: true, paused: d.paused ?? false, nextRunAt: nextTick(spec, now), lastRunAt: null, lastJobId: null, createdAt: now, updatedAt: now };
       if (!current) {
@@ -237,6 +240,9 @@ export class Schedules {
     const report: TickReport = { fired: 0, skipped: 0, lost: 0 };
     const due = await this.ctx.store.dueSchedules({ now, limit: TICK_BATCH });
     for (const s of due) {
+      // A process that does not run this task type (an API server without the tasks module)
+      // leaves the schedule to the processes that do, instead of failing on it every pass.
+      if (!this.ctx.tasks.has(s.task)) continue;
       try {
         await this.tickOne(s, now, report);
       } catch (err) {
@@ -261,6 +267,7 @@ export class Schedules {
       if (decision.kind === 'wait') return;
       const expected = s.nextRunAt as number;
       let lastRun: { at: number; jobId: string } | undefined;
+      let refused = false;
       if (decision.kind === 'fire') {
         try {
           const { job } = await this.ctx.enqueue(s.task, s.input, {
@@ -270,8 +277,17 @@ export class Schedules {
           });
           lastRun = { at: decision.tickAt, jobId: job.id };
         } catch (err) {
-          // The schedule's input changed between two processes' submissions of one tick: the tick's job exists.
-          if (!(err instanceof IdempotencyConflictError)) throw err;
+          if (err instanceof IdempotencyConflictError) {
+            // The schedule's input changed between two processes' submissions of one tick: the tick's job exists.
+          } else if (err instanceof LonghaulError && err.status === 422) {
+            // The run is refused for good (the task's schema changed since the schedule was
+            // checked): this tick is lost, said loudly, and the schedule moves on instead of
+            // failing on the same tick every pass. Transient errors (the database) stay due.
+            this.ctx.logger.error({ err, schedule: s.name, tenant: s.tenant, tick: iso(decision.tickAt) }, 'schedule run refused; the tick is skipped');
+            refused = true;
+          } else {
+            throw err;
+          }
         }
       }
       const moved = await this.ctx.store.advanceSchedule({ tenant: s.tenant, name: s.name, expectedNextRunAt: expected, nextRunAt: decision.nextRunAt, ...(lastRun ? { lastRun } : {}), now });
@@ -279,7 +295,7 @@ export class Schedules {
         report.lost++;
         return;
       }
-      if (decision.kind === 'fire') report.fired++;
+      if (decision.kind === 'fire' && !refused) report.fired++;
       else report.skipped++;
       if (decision.kind === 'skip' && decision.reason === 'overlap') {
         this.ctx.logger.info({ schedule: s.name, tenant: s.tenant }, 'schedule tick skipped: the previous run is still going');

@@ -62,6 +62,11 @@ for (const target of TARGETS) {
       await bad({ name: 'x', task: 't.quick', cron: '* * * * *', timezone: 'Mars/Olympus' }, 422, 'INVALID_SCHEDULE', 'timezone');
       await bad({ name: 'bad name', task: 't.quick', cron: '* * * * *' }, 422, 'INVALID_SCHEDULE', 'name');
       await bad({ name: 'x', task: 'no.such.task', cron: '* * * * *' }, 422, 'UNKNOWN_TASK');
+      // Every run would be refused: the schedule is refused now, with the task's field errors.
+      await bad({ name: 'x', task: 't.schema', cron: '* * * * *', input: { n: 0 } }, 422, 'INVALID_INPUT', 'n');
+      assert.equal((await call(h.base, '/v1/schedules', { body: { name: 'schema-ok', task: 't.schema', cron: '0 0 1 1 *', input: { n: 2 } } })).status, 201);
+      problemOf(await call(h.base, '/v1/schedules/schema-ok', { method: 'PATCH', body: { input: { n: 'two' } } }), 422, 'INVALID_INPUT');
+      assert.equal((await call(h.base, '/v1/schedules/schema-ok', { method: 'DELETE' })).status, 204);
       await bad({ name: 'x', task: 't.quick', cron: 5 }, 400, 'INVALID_REQUEST', 'cron');
       await bad({ name: 'x', task: 't.quick' }, 400, 'INVALID_REQUEST');
       await bad({ name: 'x', task: 't.quick', cron: '* * * * *', catchUp: 'all' }, 400, 'INVALID_REQUEST', 'catchUp');

@@ -15,6 +15,7 @@ import { defineSchedule, defineTask, Longhaul } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 
 const report = defineTask({ type: 'report', async run() {} });
+const strict = defineTask({ type: 'strict', input: { type: 'object', required: ['n'], properties: { n: { type: 'integer' } } }, async run() {} });
 const cleanup = defineTask({ type: 'cleanup', async run() {} });
 const quiet = pino({ level: 'silent' });
 const at = (s: string) => Date.parse(s);
@@ -67,7 +68,7 @@ for (const target of TARGETS) {
       const database = await target.database();
       const out: Longhaul[] = [];
       for (let i = 0; i < n; i++) {
-        const lh = await Longhaul.open({ database, tasks: [report, cleanup], logger: quiet, channel: false, clock: () => now, ...extra });
+        const lh = await Longhaul.open({ database, tasks: [report, cleanup, strict], logger: quiet, channel: false, clock: () => now, ...extra });
         open.push(lh);
         out.push(lh);
       }
@@ -172,6 +173,26 @@ for (const target of TARGETS) {
         Longhaul.open({ database, tasks: [report], schedules: [{ name: 'bad', task: 'nope', cron: '* * * * *' }], logger: quiet, channel: false }),
         { code: 'UNKNOWN_TASK' },
       );
+    });
+
+    it('a process without the task leaves the tick to one with it; a run refused for good skips its tick instead of sticking', async () => {
+      now = at('2026-06-01T00:00:00Z');
+      const [full] = (await cluster(1)) as [Longhaul];
+      const database = full.config.database;
+      const partial = await Longhaul.open({ database, tasks: [report], logger: quiet, channel: false, clock: () => now });
+      open.push(partial);
+      await full.schedules.create({ name: 'cleanups', task: 'cleanup', cron: '0 * * * *' });
+      assert.deepEqual(await partial.schedules.tick(at('2026-06-01T01:00:00Z')), { fired: 0, skipped: 0, lost: 0 });
+      assert.deepEqual(await full.schedules.tick(at('2026-06-01T01:00:00Z')), { fired: 1, skipped: 0, lost: 0 });
+      // A stored schedule whose input the task refuses (its schema changed after the schedule was checked).
+      await full.store.insertSchedule({
+        schedule: { tenant: 'default', name: 'refused', task: 'strict', cron: '0 * * * *', timezone: 'UTC', input: { n: 'x' }, catchUp: 'skip', overlap: true, declared: false, paused: false, nextRunAt: at('2026-06-01T02:00:00Z'), lastRunAt: null, lastJobId: null, createdAt: now, updatedAt: now },
+      });
+      // 'cleanups' runs; 'refused' is skipped.
+      assert.deepEqual(await full.schedules.tick(at('2026-06-01T02:00:00Z')), { fired: 1, skipped: 1, lost: 0 });
+      assert.equal((await full.list({ type: 'strict' })).items.length, 0);
+      const refused = await full.schedules.get('refused');
+      assert.deepEqual([refused.nextRuns[0], refused.lastRun], ['2026-06-01T03:00:00.000Z', null]);
     });
 
     it('create, update, pause, resume, trigger and delete, with their errors', async () => {
