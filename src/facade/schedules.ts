@@ -207,32 +207,42 @@ export class Schedules {
     const now = this.clock();
     const seen = new Set<string>();
     for (const d of declared) {
-      const spec = normalizeSpec(d);
-      const tenant = d.tenant ?? DEFAULT_TENANT;
-      if (seen.has(`${tenant}\n${spec.name}`)) throw new InvalidScheduleError([{ path: 'name', message: `two declared schedules are named "${spec.name}"` }]);
-      seen.add(`${tenant}\n${spec.name}`);
-      await this.checkRun(spec);
-      const current = await this.ctx.store.getSchedule({ tenant, name: spec.name });
-      const fresh: ScheduleRecord = { ...spec, tenant, declared: true, paused: d.paused ?? false, nextRunAt: nextTick(spec, now), lastRunAt: null, lastJobId: null, createdAt: now, updatedAt: now };
-      if (!current) {
-        // Another process may insert it first: then it is the same declaration, nothing to do.
-        await this.ctx.store.insertSchedule({ schedule: fresh });
-        continue;
+      try {
+        await this.declareOne(d, now, seen);
+      } catch (err) {
+        // Opening fails on a bad declaration: the message names which one (a module may declare many).
+        if (err instanceof LonghaulError) err.message = `declared schedule ${JSON.stringify(d?.name)}: ${err.message}`;
+        throw err;
       }
-      const same =
-        current.declared &&
-        current.task === spec.task &&
-        current.cron === spec.cron &&
-        current.timezone === spec.timezone &&
-        current.catchUp === spec.catchUp &&
-        current.overlap === spec.overlap &&
-        JSON.stringify(current.input) === JSON.stringify(spec.input);
-      if (same) continue;
-      const timing = current.cron !== spec.cron || current.timezone !== spec.timezone;
-      await this.ctx.store.replaceSchedule({
-        schedule: { ...current, ...spec, declared: true, nextRunAt: timing ? fresh.nextRunAt : current.nextRunAt, updatedAt: now },
-      });
     }
+  }
+
+  private async declareOne(d: ScheduleInput & { tenant?: string }, now: number, seen: Set<string>): Promise<void> {
+    const spec = normalizeSpec(d);
+    const tenant = d.tenant ?? DEFAULT_TENANT;
+    if (seen.has(`${tenant}\n${spec.name}`)) throw new InvalidScheduleError([{ path: 'name', message: `two declared schedules are named "${spec.name}"` }]);
+    seen.add(`${tenant}\n${spec.name}`);
+    await this.checkRun(spec);
+    const current = await this.ctx.store.getSchedule({ tenant, name: spec.name });
+    const fresh: ScheduleRecord = { ...spec, tenant, declared: true, paused: d.paused ?? false, nextRunAt: nextTick(spec, now), lastRunAt: null, lastJobId: null, createdAt: now, updatedAt: now };
+    if (!current) {
+      // Another process may insert it first: then it is the same declaration, nothing to do.
+      await this.ctx.store.insertSchedule({ schedule: fresh });
+      return;
+    }
+    const same =
+      current.declared &&
+      current.task === spec.task &&
+      current.cron === spec.cron &&
+      current.timezone === spec.timezone &&
+      current.catchUp === spec.catchUp &&
+      current.overlap === spec.overlap &&
+      JSON.stringify(current.input) === JSON.stringify(spec.input);
+    if (same) return;
+    const timing = current.cron !== spec.cron || current.timezone !== spec.timezone;
+    await this.ctx.store.replaceSchedule({
+      schedule: { ...current, ...spec, declared: true, nextRunAt: timing ? fresh.nextRunAt : current.nextRunAt, updatedAt: now },
+    });
   }
 
   /** One tick pass: every due schedule submits its run (or skips it) and moves on. */

@@ -171,7 +171,11 @@ for (const target of TARGETS) {
       // A declaration naming an unknown task refuses to open.
       await assert.rejects(
         Longhaul.open({ database, tasks: [report], schedules: [{ name: 'bad', task: 'nope', cron: '* * * * *' }], logger: quiet, channel: false }),
-        { code: 'UNKNOWN_TASK' },
+        { code: 'UNKNOWN_TASK', message: 'declared schedule "bad": unknown task type "nope"' },
+      );
+      await assert.rejects(
+        Longhaul.open({ database, tasks: [report], schedules: [{ name: 'bad', task: 'report', cron: '0 25 * * *' }], logger: quiet, channel: false }),
+        { code: 'INVALID_SCHEDULE', message: /^declared schedule "bad": schedule is invalid: cron: / },
       );
     });
 
