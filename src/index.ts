@@ -13,6 +13,7 @@ export {
   IdempotencyConflictError,
   InputValidationError,
   InvalidOptionsError,
+  InvalidScheduleError,
   JobEndedError,
   type JobError,
   JobNotFoundError,
@@ -21,6 +22,9 @@ export {
   LonghaulError,
   QueueFullError,
   RetryableError,
+  ScheduleDeclaredError,
+  ScheduleExistsError,
+  ScheduleNotFoundError,
   UnknownTaskError,
   UnstorableValueError,
   WaitTimeoutError,
@@ -39,14 +43,19 @@ export {
   type ChildrenSummary,
   type ChildrenView,
   type ChildSpec,
+  collectSchedules,
   collectTasks,
+  type DeclaredSchedule,
+  defineSchedule,
   defineTask,
+  type ScheduleDeclaration,
   type FailurePolicy,
   type SagaStep,
   type StageDefinition,
   type Task,
   type TaskContext,
 } from './task-api/define.js';
+export type { SchedulePatch, ScheduleInput, ScheduleScope, ScheduleView, Schedules, TickReport } from './facade/schedules.js';
 export { Suspended } from './workflow/run.js';
 export { generateWebhookSecret, webhookSignature } from './webhooks/signing.js';
 export { InvalidWebhookError, type WebhookConfigOptions, type WebhookOption, WebhookRefusedError } from './webhooks/service.js';

@@ -15,13 +15,15 @@ import type { JobSnapshot } from './core/job.js';
 import { isTerminal, type JobState } from './core/states.js';
 import { cancelJob, type ControlContext, retryJob } from './facade/control.js';
 import { LazyFiles } from './facade/files.js';
+import { prepare } from './facade/prepare.js';
 import * as reads from './facade/reads.js';
+import { Schedules } from './facade/schedules.js';
 import { channelReady, defaultChannel, Runtime, type StartWorkerOptions, storeFor, type WorkerHandle } from './facade/runtime.js';
 import { type BatchItem, type BatchOptions, type SubmitOptions, Submission } from './facade/submission.js';
 import { type WatchContext, type WatchOptions, watchJob } from './facade/watch.js';
 import type { MigrationResult, SnapshotJson, Store } from './store/store.js';
 import type { Sweeper } from './sweeper/sweeper.js';
-import { collectTasks, isTask, type Task } from './task-api/define.js';
+import { collectSchedules, collectTasks, isTask, type ScheduleDeclaration, type Task } from './task-api/define.js';
 import { type SignalOutcome, sendSignal } from './workflow/signals.js';
 import { resolveWebhookConfig, type WebhookConfig, type WebhookConfigOptions, WEBHOOK_TASK_TYPE, webhookTask } from './webhooks/service.js';
 
@@ -50,6 +52,13 @@ export interface OpenOptions extends Partial<LonghaulConfig> {
   files?: JobFilesOptions;
   /** Webhook delivery settings (default: from LONGHAUL_WEBHOOK_*). */
   webhooks?: WebhookConfigOptions;
+  /**
+   * Schedules to declare besides those of the tasks module (defineSchedule values or plain
+   * declarations): upserted by name at open (docs/schedules.md).
+   */
+  schedules?: readonly ScheduleDeclaration[];
+  /** The clock schedules read (their next ticks, the sweeper's tick passes read their own time). Tests inject one; default Date.now. */
+  clock?: () => number;
 }
 
 export class Longhaul {
@@ -61,6 +70,8 @@ export class Longhaul {
   /** What reads, watches and control act on; built once, as the hot reads take it on every call. */
   private readonly readCtx: WatchContext;
   private readonly controlCtx: ControlContext;
+  /** Cron schedules: create, list, get, update, pause, resume, delete, trigger, and the tick pass (facade/schedules.ts). */
+  readonly schedules: Schedules;
 
   private constructor(
     readonly store: Store,
@@ -74,6 +85,7 @@ export class Longhaul {
     readonly channel: Channel | null,
     ownsChannel: boolean,
     private readonly migrated: MigrationResult,
+    clock: (() => number) | undefined,
   ) {
     for (const t of tasks) this.addTask(t);
     const { bus, taskMap } = this;
@@ -81,7 +93,30 @@ export class Longhaul {
     this.submission = new Submission({ store, bus, config, webhookConfig, tasks: taskMap });
     const internalTasks = [webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id) })];
     const files = this.lazyFiles;
-    this.runtime = new Runtime({ store, ownsStore, channel, ownsChannel, bus, logger, config, webhookConfig, files, tasks: taskMap, internalTasks });
+    this.schedules = new Schedules({
+      store,
+      tasks: taskMap,
+      check: async (type, input) => {
+        await prepare({ tasks: taskMap, config }, type, input, {}, Date.now());
+      },
+      enqueue: (type, input, options) => this.enqueue(type, input, options),
+      logger: logger.child({ component: 'schedules' }),
+      ...(clock ? { clock } : {}),
+    });
+    this.runtime = new Runtime({
+      store,
+      ownsStore,
+      channel,
+      ownsChannel,
+      bus,
+      logger,
+      config,
+      webhookConfig,
+      files,
+      tasks: taskMap,
+      internalTasks,
+      tickSchedules: (now) => this.schedules.tick(clock ? clock() : now),
+    });
     this.readCtx = { store, logger, bus, relayed: channel !== null, files: () => this.files(), isClosed: () => this.runtime.closed };
     this.controlCtx = { store, bus };
   }
@@ -106,8 +141,17 @@ export class Longhaul {
       }
     }
     const ownsChannel = options.channel === undefined && channel !== null;
-    const lh = new Longhaul(store, config, tasks, logger, options.store === undefined, options.files ?? {}, webhookConfig, channel, ownsChannel, migration);
+    const lh = new Longhaul(store, config, tasks, logger, options.store === undefined, options.files ?? {}, webhookConfig, channel, ownsChannel, migration, options.clock);
     if (channel) await channelReady(channel, logger);
+    const declared = [...(options.tasks && !Array.isArray(options.tasks) ? collectSchedules(options.tasks as Record<string, unknown>) : []), ...(options.schedules ?? [])];
+    if (declared.length > 0) {
+      try {
+        await lh.schedules.declare(declared);
+      } catch (err) {
+        await lh.close();
+        throw err;
+      }
+    }
     return lh;
   }
 

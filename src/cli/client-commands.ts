@@ -7,6 +7,7 @@ import { isTerminal } from '../core/states.js';
 import { renderLine } from './progress-bar.js';
 import { CliError } from './runtime.js';
 import { outcomeLine, watchJob } from './watch.js';
+import { registerScheduleCommands } from './schedule-commands.js';
 import { registerWorkflowCommands } from './workflow-commands.js';
 import { parseJson } from '../core/json-text.js';
 
@@ -174,4 +175,5 @@ export function registerClientCommands(program: Command): void {
     });
   }
   registerWorkflowCommands(program);
+  registerScheduleCommands(program);
 }

@@ -6,7 +6,7 @@ import { type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
 import { buildServer, DEFAULT_STREAM_BUFFER_BYTES } from '../server/app.js';
-import { collectTasks, type Task } from '../task-api/define.js';
+import { collectSchedules, collectTasks, type ScheduleDeclaration, type Task } from '../task-api/define.js';
 import { exampleTasks } from '../tasks/examples.js';
 import { describeTasks } from './describe.js';
 
@@ -35,7 +35,8 @@ export function redactUrl(database: string): string {
   }
 }
 
-export async function loadTasksModule(file: string): Promise<Task[]> {
+/** A tasks module's tasks and the schedules it declares (defineSchedule, or a `schedules` export). */
+export async function loadTasksModule(file: string): Promise<{ tasks: Task[]; schedules: ScheduleDeclaration[] }> {
   let mod: Record<string, unknown>;
   try {
     mod = (await import(pathToFileURL(resolve(file)).href)) as Record<string, unknown>;
@@ -44,7 +45,7 @@ export async function loadTasksModule(file: string): Promise<Task[]> {
   }
   const tasks = collectTasks(mod);
   if (tasks.length === 0) throw new CliError(`${file} exports no tasks (export defineTask(...) values, or a default array/object of them)`);
-  return tasks;
+  return { tasks, schedules: collectSchedules(mod) };
 }
 
 /** A setting's value and the name to blame when it is refused: the flag when given, else its variable. */
@@ -88,7 +89,8 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
   const httpLogLevel = logLevel('LONGHAUL_HTTP_LOG_LEVEL', 'warn');
   const tasksFile = flags.tasks ?? env.LONGHAUL_TASKS;
   const tasks: Task[] = mode === 'dev' ? [...exampleTasks] : [];
-  if (tasksFile) tasks.push(...(await loadTasksModule(tasksFile)).filter((t) => !tasks.some((e) => e.type === t.type)));
+  const loaded = tasksFile ? await loadTasksModule(tasksFile) : null;
+  if (loaded) tasks.push(...loaded.tasks.filter((t) => !tasks.some((e) => e.type === t.type)));
   if (mode === 'worker' && tasks.length === 0) throw new CliError('longhaul worker needs --tasks FILE (or LONGHAUL_TASKS)');
   const host = flags.host ?? env.LONGHAUL_HOST ?? '127.0.0.1';
   const port = intSetting(setting('--port', flags.port, 'LONGHAUL_PORT'), 8080, 0, 65535);
@@ -107,6 +109,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
     // Checked above, by the name it was given: a flag wins over LONGHAUL_CONCURRENCY, even a bad one.
     concurrency,
     tasks,
+    ...(loaded && loaded.schedules.length > 0 ? { schedules: loaded.schedules } : {}),
     logger,
   });
   let app: Awaited<ReturnType<typeof buildServer>> | null = null;

@@ -6,7 +6,7 @@
  * (not `EventSource`, so the API key travels in the `Authorization` header, and the stream can
  * resume, fall back to polling and be aborted under our control).
  */
-import type { JobStats, JobTransition, SnapshotPage, StreamToken } from '../core/api-types.js';
+import type { JobStats, JobTransition, ScheduleInput, SchedulePatch, ScheduleView, SnapshotPage, StreamToken } from '../core/api-types.js';
 import type { JobSnapshot, Priority } from '../core/job.js';
 import { isTerminal, type JobState } from '../core/states.js';
 import { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
@@ -441,7 +441,41 @@ export class LonghaulClient {
     }
   }
 
+  // ---- schedules (docs/schedules.md) ---------------------------------------------------------
+
+  async listSchedules(options: RequestOptions = {}): Promise<ScheduleView[]> {
+    return (await this.json<{ items: ScheduleView[] }>('GET', '/v1/schedules', options)).items;
+  }
+  /** A schedule with its next five runs and its last run. */
+  getSchedule(name: string, options: RequestOptions = {}): Promise<ScheduleView> {
+    return this.json('GET', `/v1/schedules/${enc(name)}`, options);
+  }
+  createSchedule(schedule: ScheduleInput, options: RequestOptions = {}): Promise<ScheduleView> {
+    return this.json('POST', '/v1/schedules', options, schedule);
+  }
+  updateSchedule(name: string, patch: SchedulePatch, options: RequestOptions = {}): Promise<ScheduleView> {
+    return this.json('PATCH', `/v1/schedules/${enc(name)}`, options, patch);
+  }
+  pauseSchedule(name: string, options: RequestOptions = {}): Promise<ScheduleView> {
+    return this.json('POST', `/v1/schedules/${enc(name)}/pause`, options);
+  }
+  resumeSchedule(name: string, options: RequestOptions = {}): Promise<ScheduleView> {
+    return this.json('POST', `/v1/schedules/${enc(name)}/resume`, options);
+  }
+  async deleteSchedule(name: string, options: RequestOptions = {}): Promise<void> {
+    await this.request('DELETE', `/v1/schedules/${enc(name)}`, { signal: options.signal });
+  }
+  /** Submits one run now, outside the cron times; resolves to its job. */
+  triggerSchedule(name: string, options: RequestOptions = {}): Promise<JobSnapshot> {
+    return this.json('POST', `/v1/schedules/${enc(name)}/trigger`, options);
+  }
+
   // ---- plumbing ------------------------------------------------------------------------------
+
+  private async json<T>(method: string, path: string, options: RequestOptions, body?: unknown): Promise<T> {
+    const res = await this.request(method, path, { ...(body === undefined ? {} : { body }), signal: options.signal });
+    return parseJson(await res.text()) as T;
+  }
 
   private url(path: string, query?: URLSearchParams): string {
     const q = query?.toString();

@@ -37,3 +37,45 @@ export interface StreamToken {
   /** ISO 8601. */
   expiresAt: string;
 }
+
+/** A schedule as a user creates it (`POST /v1/schedules`) or declares it (tasks module). */
+export interface ScheduleInput {
+  /** Unique in the tenant: letters, digits and . _ : -, 1 to 128. */
+  name: string;
+  /** The task type each tick submits. */
+  task: string;
+  /** Five fields (minute first), or six with seconds first. */
+  cron: string;
+  /** IANA timezone the expression is read in, DST followed. Default 'UTC'. */
+  timezone?: string;
+  input?: unknown;
+  /** Ticks missed while no process ran: 'skip' (default) or 'runOnce' (one run for all of them). */
+  catchUp?: 'skip' | 'runOnce';
+  /** False: no new run while the previous one is not terminal. Default true. */
+  overlap?: boolean;
+  /** Create it paused. */
+  paused?: boolean;
+}
+
+/** A change to a schedule (`PATCH /v1/schedules/{name}`): the fields given replace the stored ones. */
+export type SchedulePatch = Partial<Omit<ScheduleInput, 'name' | 'paused'>>;
+
+/** A schedule as the API shows it. Times are ISO 8601 in UTC; `timezone` is the one its cron expression is read in. */
+export interface ScheduleView {
+  name: string;
+  task: string;
+  cron: string;
+  timezone: string;
+  input: unknown;
+  catchUp: 'skip' | 'runOnce';
+  overlap: boolean;
+  paused: boolean;
+  /** Declared in the tasks module: read-only over the API but for pause, resume, trigger and delete. */
+  declared: boolean;
+  /** The next five tick times (empty while paused). */
+  nextRuns: string[];
+  /** The last run submitted (by a tick or a trigger), with its job's state now (null once the job is gone). */
+  lastRun: { at: string; jobId: string; status: JobState | null } | null;
+  createdAt: string;
+  updatedAt: string;
+}

@@ -235,3 +235,29 @@ export class BatchItemError extends LonghaulError {
     super(`jobs[${index}]: ${cause.message}`, cause.code, cause.status, cause.details);
   }
 }
+
+/** A schedule's name, task, cron expression, timezone or policy is refused (422); `issues` names the field. */
+export class InvalidScheduleError extends LonghaulError {
+  constructor(readonly issues: FieldIssue[]) {
+    super(`schedule is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, 'INVALID_SCHEDULE', 422, issues);
+  }
+}
+
+export class ScheduleNotFoundError extends LonghaulError {
+  constructor(readonly scheduleName: string) {
+    super(`schedule "${scheduleName}" not found`, 'SCHEDULE_NOT_FOUND', 404);
+  }
+}
+
+export class ScheduleExistsError extends LonghaulError {
+  constructor(readonly scheduleName: string) {
+    super(`schedule "${scheduleName}" already exists (update it with PATCH, or delete it first)`, 'SCHEDULE_EXISTS', 409);
+  }
+}
+
+/** A schedule declared in the tasks module cannot be changed over the API: the module is its source. */
+export class ScheduleDeclaredError extends LonghaulError {
+  constructor(readonly scheduleName: string) {
+    super(`schedule "${scheduleName}" is declared in the tasks module: change it there (pause, resume and trigger work over the API)`, 'SCHEDULE_DECLARED', 409);
+  }
+}

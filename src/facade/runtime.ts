@@ -101,6 +101,8 @@ export interface RuntimeContext {
   readonly tasks: ReadonlyMap<string, Task>;
   /** Tasks every worker of this instance runs besides the user's (webhook delivery). */
   readonly internalTasks: readonly Task[];
+  /** Submits the runs of due schedules (facade/schedules.ts); every sweeper pass calls it, in every process. */
+  readonly tickSchedules?: (now: number) => Promise<unknown>;
 }
 
 export class Runtime {
@@ -162,6 +164,9 @@ export class Runtime {
       },
       maintenance: () => this.dispatchWebhooks(),
       everyPass: async (now) => {
+        // Schedules tick in every process, not only in the elected sweeper: each tick is keyed,
+        // so several tickers submit one run, and a tick does not wait for an election.
+        if (this.ctx.tickSchedules) await this.ctx.tickSchedules(now);
         // Uploads expire where blob storage is open (API servers open it to accept uploads).
         const opened = files.opened;
         if (opened) await sweepExpiredUploads((await opened).blobs, now);

@@ -17,6 +17,7 @@ import { registerOpsRoutes } from './routes/ops.js';
 import { type ResultRouteOptions, registerResultRoutes } from './routes/results.js';
 import { registerStreamRoutes, webSocketSession } from './routes/streams.js';
 import { registerUploadRoutes, type UploadRouteOptions } from './routes/uploads.js';
+import { registerScheduleRoutes } from './routes/schedules.js';
 import { registerWorkflowRoutes } from './routes/workflow.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
@@ -221,6 +222,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerOpsRoutes(app, ctx);
   registerJobRoutes(app, ctx);
   registerWorkflowRoutes(app, ctx);
+  registerScheduleRoutes(app, ctx);
   registerStreamRoutes(app, ctx);
   const files = options.files === undefined || options.files === true ? await filesOf(options.lh) : options.files;
   if (files) {

@@ -4,7 +4,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { isTransientStoreError } from '../core/store-errors.js';
-import { BatchItemError, InputValidationError, InvalidOptionsError, LonghaulError, QueueFullError, UnstorableValueError } from '../core/errors.js';
+import { BatchItemError, InputValidationError, InvalidOptionsError, InvalidScheduleError, LonghaulError, QueueFullError, UnstorableValueError } from '../core/errors.js';
 
 export interface FieldError {
   path: string;
@@ -84,6 +84,7 @@ export function toProblem(err: unknown): HttpProblem {
     return new HttpProblem(single.status, single.code, `${at}: ${single.message}`, errors ? { errors } : {});
   }
   if (err instanceof InputValidationError) return new HttpProblem(422, err.code, err.message, { errors: err.issues });
+  if (err instanceof InvalidScheduleError) return new HttpProblem(422, err.code, err.message, { errors: err.issues });
   if (err instanceof UnstorableValueError) return new HttpProblem(err.status, err.code, err.message, { errors: [{ path: err.path, message: err.issue }] });
   if (err instanceof QueueFullError) return new HttpProblem(503, err.code, err.message, { retryAfterSeconds: 5 });
   // Over HTTP a bad option is a bad request field like any other: one code, the field named.

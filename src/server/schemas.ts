@@ -146,6 +146,60 @@ export const submitBodySchema = {
   },
 } as const;
 
+const scheduleFields = {
+  task: { type: 'string', minLength: 1, maxLength: 128, description: 'the task type each tick submits' },
+  cron: { type: 'string', minLength: 1, maxLength: 256, description: 'five fields (minute first), or six with seconds first' },
+  timezone: { type: 'string', minLength: 1, maxLength: 64, description: "IANA timezone the expression is read in (DST followed); default 'UTC'" },
+  input: { description: 'the input of every run, checked against the task schema when each run is submitted' },
+  catchUp: { type: 'string', enum: ['skip', 'runOnce'], description: "ticks missed while no process ran: 'skip' (default) or one run for all of them" },
+  overlap: { type: 'boolean', description: 'false: no new run while the previous one is not terminal (default true)' },
+} as const;
+
+export const scheduleBodySchema = {
+  type: 'object',
+  required: ['name', 'task', 'cron'],
+  additionalProperties: false,
+  properties: {
+    name: { type: 'string', minLength: 1, maxLength: 128, description: 'letters, digits and . _ : -; unique in the tenant' },
+    ...scheduleFields,
+    paused: { type: 'boolean', description: 'create it paused' },
+  },
+} as const;
+
+export interface ScheduleBody {
+  name: string;
+  task: string;
+  cron: string;
+  timezone?: string;
+  input?: unknown;
+  catchUp?: 'skip' | 'runOnce';
+  overlap?: boolean;
+  paused?: boolean;
+}
+
+const scheduleView = {
+  type: 'object',
+  properties: {
+    name: { type: 'string' },
+    ...scheduleFields,
+    paused: { type: 'boolean' },
+    declared: { type: 'boolean', description: 'declared in the tasks module: read-only here but for pause, resume, trigger, delete' },
+    nextRuns: { type: 'array', items: { type: 'string', format: 'date-time' }, description: 'the next five ticks, ISO in UTC (empty while paused)' },
+    lastRun: {
+      type: ['object', 'null'],
+      properties: { at: { type: 'string', format: 'date-time' }, jobId: { type: 'string' }, status: { type: ['string', 'null'] } },
+    },
+    createdAt: { type: 'string', format: 'date-time' },
+    updatedAt: { type: 'string', format: 'date-time' },
+  },
+} as const;
+
+const nameParams = {
+  type: 'object',
+  required: ['name'],
+  properties: { name: { type: 'string', maxLength: 128 } },
+} as const;
+
 const idParams = {
   type: 'object',
   required: ['id'],
@@ -274,4 +328,23 @@ export const routeSchemas = {
     response: { 201: { type: 'object', properties: { token: { type: 'string' }, expiresAt: { type: 'string', format: 'date-time' } } }, ...errors(400, 401) },
   },
   stats: { summary: 'Counts, rates and durations', tags: ['ops'] },
+  scheduleCreate: {
+    summary: 'Create a schedule',
+    tags: ['schedules'],
+    body: scheduleBodySchema,
+    response: { 201: scheduleView, ...errors(400, 401, 409, 413, 415, 422) },
+  },
+  scheduleList: { summary: "List the tenant's schedules, by name", tags: ['schedules'], response: { 200: { type: 'object', properties: { items: { type: 'array', items: scheduleView } } }, ...errors(401) } },
+  scheduleGet: { summary: 'Get a schedule with its next five runs', tags: ['schedules'], params: nameParams, response: { 200: scheduleView, ...errors(401, 404) } },
+  scheduleUpdate: {
+    summary: 'Change a schedule (not one declared in the tasks module: 409)',
+    tags: ['schedules'],
+    params: nameParams,
+    body: { type: 'object', additionalProperties: false, properties: scheduleFields },
+    response: { 200: scheduleView, ...errors(400, 401, 404, 409, 413, 415, 422) },
+  },
+  schedulePause: { summary: 'Pause a schedule', tags: ['schedules'], params: nameParams, response: { 200: scheduleView, ...errors(401, 404) } },
+  scheduleResume: { summary: 'Resume a schedule from its next tick', tags: ['schedules'], params: nameParams, response: { 200: scheduleView, ...errors(401, 404) } },
+  scheduleDelete: { summary: 'Delete a schedule (its runs are left alone)', tags: ['schedules'], params: nameParams, response: { ...errors(401, 404) } },
+  scheduleTrigger: { summary: 'Submit one run now', tags: ['schedules'], params: nameParams, response: { 202: snapshotRef, ...errors(401, 404, 422, 503) } },
 } as const;

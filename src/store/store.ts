@@ -1,13 +1,14 @@
 /**
- * The storage contract, in four parts: the job queue (JobQueueStore), result files
- * (ResultFileStore), the webhook outbox (WebhookOutboxStore) and workflows (WorkflowStore).
- * Every store (SQLite, PostgreSQL) implements all four as one `Store` on one database, and one contract suite per
+ * The storage contract, in five parts: the job queue (JobQueueStore), result files
+ * (ResultFileStore), the webhook outbox (WebhookOutboxStore), workflows (WorkflowStore) and
+ * schedules (ScheduleStore). Every store (SQLite, PostgreSQL) implements all five as one `Store` on one database, and one contract suite per
  * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
 import type { JobState } from '../core/states.js';
 import type { JobIdentity, TransitionParams } from '../core/transitions.js';
+import type { ScheduleRecord } from '../core/schedule.js';
 import type { WaitCondition, WorkflowState } from '../core/workflow.js';
 import type { Pool } from 'pg';
 import type { ListenConnection } from '../postgres/listen-connection.js';
@@ -448,11 +449,50 @@ export interface WorkflowStore {
   countChildren(params: { id: string }): Promise<Record<JobState, number>>;
 }
 
+
+/** Where a tick moved a schedule: the CAS on its nextRunAt, and its last run when the tick submitted one. */
+export interface AdvanceScheduleParams {
+  tenant: string;
+  name: string;
+  /** The nextRunAt the caller read: the write applies only while it is still the stored one. */
+  expectedNextRunAt: number;
+  nextRunAt: number | null;
+  lastRun?: { at: number; jobId: string };
+  now: number;
+}
+
 /**
- * A whole store: the four parts in one database, plus what concerns the database as a whole
+ * Schedules (cron, core/schedule.ts): one row per (tenant, name). Guarantees:
+ * - `insertSchedule` never replaces: of two creations of one name, one wins.
+ * - `advanceSchedule` is a compare-and-swap on nextRunAt: of several processes handling the same
+ *   tick, one moves the schedule on; the others learn they lost (the job a tick submits is keyed
+ *   by its time, so a loser's submission found the winner's job instead of adding one).
+ * - `replaceSchedule` writes a whole record (an update, a declared schedule at start); a tick in
+ *   flight then loses its CAS when nextRunAt changed.
+ */
+export interface ScheduleStore {
+  /** False when the name is taken in that tenant. */
+  insertSchedule(params: { schedule: ScheduleRecord }): Promise<boolean>;
+  /** Inserts or overwrites the schedule of that (tenant, name). */
+  replaceSchedule(params: { schedule: ScheduleRecord }): Promise<void>;
+  getSchedule(params: { tenant: string; name: string }): Promise<ScheduleRecord | null>;
+  /** In name order; every tenant's when `tenant` is absent. */
+  listSchedules(params: { tenant?: string; limit: number }): Promise<ScheduleRecord[]>;
+  deleteSchedule(params: { tenant: string; name: string }): Promise<boolean>;
+  /** Sets paused; when `nextRunAt` is given (a resume) it is written too. Null when absent. */
+  setSchedulePaused(params: { tenant: string; name: string; paused: boolean; nextRunAt?: number | null; now: number }): Promise<ScheduleRecord | null>;
+  /** Records a run submitted outside the tick (trigger now) as the last run. */
+  recordScheduleRun(params: { tenant: string; name: string; at: number; jobId: string }): Promise<void>;
+  /** Schedules not paused whose nextRunAt is at or before `now`, at most `limit`, earliest first. */
+  dueSchedules(params: { now: number; limit: number }): Promise<ScheduleRecord[]>;
+  advanceSchedule(params: AdvanceScheduleParams): Promise<boolean>;
+}
+
+/**
+ * A whole store: the five parts in one database, plus what concerns the database as a whole
  * (its schema, its connections, readiness). Code that needs one part takes that part's type.
  */
-export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore {
+export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore {
   /**
    * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
    * the schema version found and the one left (equal when there was nothing to do).

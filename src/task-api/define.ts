@@ -220,6 +220,61 @@ export function isTask(value: unknown): value is Task {
  * Collects tasks from a tasks module: a default export (array or object of tasks, or one
  * task) and/or named exports that are tasks. Duplicate types are an error.
  */
+/** What a tasks module declares with defineSchedule (see docs/schedules.md). */
+export interface ScheduleDeclaration {
+  /** Unique per tenant; the address over the API (`/v1/schedules/{name}`). */
+  name: string;
+  /** The task type each tick submits. */
+  task: string;
+  /** Five fields (minute first), or six with seconds first. */
+  cron: string;
+  /** IANA timezone the expression is read in (DST followed). Default 'UTC'. */
+  timezone?: string;
+  input?: unknown;
+  /** Ticks missed while no process ran: 'skip' (default) or 'runOnce'. */
+  catchUp?: 'skip' | 'runOnce';
+  /** False: no new run while the previous one is not terminal. Default true. */
+  overlap?: boolean;
+  /** The tenant it belongs to. Default 'default'. */
+  tenant?: string;
+}
+
+const SCHEDULE = Symbol.for('longhaul.schedule');
+
+export type DeclaredSchedule = Readonly<ScheduleDeclaration> & { readonly [SCHEDULE]: true };
+
+/**
+ * Declares a schedule in a tasks module (exported by name, or in the default export's array or
+ * object, like tasks). It is checked when the module is loaded by Longhaul.open.
+ */
+export function defineSchedule(declaration: ScheduleDeclaration): DeclaredSchedule {
+  return Object.freeze({ ...declaration, [SCHEDULE]: true as const });
+}
+
+export function isSchedule(v: unknown): v is DeclaredSchedule {
+  return typeof v === 'object' && v !== null && (v as Record<symbol, unknown>)[SCHEDULE] === true;
+}
+
+/**
+ * The schedules of a tasks module: defineSchedule values found where collectTasks looks for tasks
+ * (named exports, the default export and its arrays and plain objects), plus an export named
+ * `schedules` holding plain declarations (an array).
+ */
+export function collectSchedules(mod: Record<string, unknown>): ScheduleDeclaration[] {
+  const found: ScheduleDeclaration[] = [];
+  const visit = (v: unknown) => {
+    if (isSchedule(v)) found.push(v);
+    else if (Array.isArray(v)) v.forEach(visit);
+    else if (v && typeof v === 'object' && !isTask(v) && Object.getPrototypeOf(v) === Object.prototype) Object.values(v).forEach(visit);
+  };
+  for (const [name, value] of Object.entries(mod)) {
+    if (name === 'schedules' && Array.isArray(value)) {
+      for (const v of value) found.push(isSchedule(v) ? v : (v as ScheduleDeclaration));
+    } else if (name === 'default' || isSchedule(value)) visit(value);
+  }
+  return [...new Set(found)];
+}
+
 export function collectTasks(mod: Record<string, unknown>): Task[] {
   const found: Task[] = [];
   const visit = (v: unknown) => {

@@ -1,5 +1,5 @@
 /**
- * PostgresStore: the shared store contract, all four parts (one fresh schema per test in one
+ * PostgresStore: the shared store contract, all five parts (one fresh schema per test in one
  * database made for this run), then what only PostgreSQL has: concurrent migrations from
  * several processes, per-type concurrency under competing worker processes, transactional
  * enqueue, lease fencing between nodes, LISTEN/NOTIFY wake-ups, sweeper election and
@@ -29,6 +29,7 @@ import { assertLogReplays, newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
+import { runScheduleContract } from './store-contract/schedules.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
@@ -51,6 +52,7 @@ runJobQueueContract(`postgres (${db.source})`, () => openStore());
 runResultFileContract(`postgres (${db.source})`, () => openStore());
 runWebhookOutboxContract(`postgres (${db.source})`, () => openStore());
 runWorkflowContract(`postgres (${db.source})`, () => openStore());
+runScheduleContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 

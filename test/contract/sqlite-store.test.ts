@@ -1,5 +1,5 @@
 /**
- * SqliteStore: the shared store contract, all four parts, on a fresh temp file per test,
+ * SqliteStore: the shared store contract, all five parts, on a fresh temp file per test,
  * plus what only SQLite has (corrupt checkpoint bytes, data_version polling across
  * connections, the schema version table).
  */
@@ -16,6 +16,7 @@ import { newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
+import { runScheduleContract } from './store-contract/schedules.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -40,6 +41,7 @@ runJobQueueContract('sqlite (file)', () => openStore());
 runResultFileContract('sqlite (file)', () => openStore());
 runWebhookOutboxContract('sqlite (file)', () => openStore());
 runWorkflowContract('sqlite (file)', () => openStore());
+runScheduleContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];

@@ -44,6 +44,7 @@ import {
   type SqlTransaction,
   type Store,
   type SweepParams,
+  type ScheduleStore,
   type WorkflowStore,
   type TransitionParams,
   type WebhookDeliveryEntry,
@@ -53,6 +54,7 @@ import {
 } from '../store.js';
 import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
 import { checkTransition, encodeTransitions } from './transitions.js';
+import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
@@ -160,6 +162,7 @@ export class PostgresStore implements Store {
   private closing: Promise<void> | null = null;
   private readonly sql: ReturnType<PostgresStore['statements']>;
   private readonly workflow: PgWorkflowOps;
+  private readonly schedules: PgScheduleOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -187,6 +190,7 @@ export class PostgresStore implements Store {
     this.sql = this.statements();
     const host = { pool: this.pool, s: this.s, inTransaction: this.inTransaction.bind(this) };
     this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, undefined, client) });
+    this.schedules = new PgScheduleOps(this.pool, this.s);
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -665,6 +669,18 @@ export class PostgresStore implements Store {
   sendSignal: WorkflowStore['sendSignal'] = (p) => this.workflow.sendSignal(p);
   consumedSignal: WorkflowStore['consumedSignal'] = (p) => this.workflow.consumedSignal(p);
   countChildren: WorkflowStore['countChildren'] = (p) => this.workflow.countChildren(p);
+
+  // ---- schedules (ScheduleStore): schedule-ops.ts -----------------------------------------------
+
+  insertSchedule: ScheduleStore['insertSchedule'] = (p) => this.schedules.insertSchedule(p);
+  replaceSchedule: ScheduleStore['replaceSchedule'] = (p) => this.schedules.replaceSchedule(p);
+  getSchedule: ScheduleStore['getSchedule'] = (p) => this.schedules.getSchedule(p);
+  listSchedules: ScheduleStore['listSchedules'] = (p) => this.schedules.listSchedules(p);
+  deleteSchedule: ScheduleStore['deleteSchedule'] = (p) => this.schedules.deleteSchedule(p);
+  setSchedulePaused: ScheduleStore['setSchedulePaused'] = (p) => this.schedules.setSchedulePaused(p);
+  recordScheduleRun: ScheduleStore['recordScheduleRun'] = (p) => this.schedules.recordScheduleRun(p);
+  dueSchedules: ScheduleStore['dueSchedules'] = (p) => this.schedules.dueSchedules(p);
+  advanceSchedule: ScheduleStore['advanceSchedule'] = (p) => this.schedules.advanceSchedule(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
 

@@ -474,4 +474,27 @@ export const MIGRATIONS: readonly string[] = [
   END
   $fn$;
   `,
+  // 4: schedules (cron): one row per (tenant, name); next_run_at is the tick not yet handled.
+  // input is JSON text, read back with the project's lossless reader like every other value.
+  `
+  CREATE TABLE {s}.schedules (
+    tenant text COLLATE "C" NOT NULL,
+    name text COLLATE "C" NOT NULL,
+    task text NOT NULL,
+    cron text NOT NULL,
+    timezone text NOT NULL,
+    input text,
+    catch_up text NOT NULL,
+    overlap boolean NOT NULL,
+    declared boolean NOT NULL,
+    paused boolean NOT NULL DEFAULT false,
+    next_run_at bigint,
+    last_run_at bigint,
+    last_job_id text,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    PRIMARY KEY (tenant, name)
+  );
+  CREATE INDEX schedules_due ON {s}.schedules (next_run_at) WHERE NOT paused AND next_run_at IS NOT NULL;
+  `,
 ];

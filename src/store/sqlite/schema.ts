@@ -126,4 +126,26 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX job_signals_unconsumed ON job_signals (job_id, name, seq) WHERE consumed_by IS NULL;
   CREATE INDEX job_signals_consumed ON job_signals (job_id, consumed_by) WHERE consumed_by IS NOT NULL;
   `,
+  // 4: schedules (cron): one row per (tenant, name); next_run_at is the tick not yet handled
+  `
+  CREATE TABLE schedules (
+    tenant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    task TEXT NOT NULL,
+    cron TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    input TEXT,
+    catch_up TEXT NOT NULL,
+    overlap INTEGER NOT NULL,
+    declared INTEGER NOT NULL,
+    paused INTEGER NOT NULL DEFAULT 0,
+    next_run_at INTEGER,
+    last_run_at INTEGER,
+    last_job_id TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+  ) WITHOUT ROWID;
+  CREATE INDEX schedules_due ON schedules (next_run_at) WHERE paused = 0 AND next_run_at IS NOT NULL;
+  `,
 ];

@@ -41,6 +41,7 @@ import {
   type ResultFileRecord,
   type SnapshotJson,
   type Store,
+  type ScheduleStore,
   type WorkflowStore,
   type SweepParams,
   type TransitionParams,
@@ -55,6 +56,7 @@ import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 import { checkTransition, Transitions } from './transitions.js';
+import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
 
 export interface SqliteStoreOptions {
@@ -157,6 +159,7 @@ export class SqliteStore implements Store {
   private readonly snapshots = new SnapshotCache();
   private readonly transitions: Transitions;
   private readonly workflow: SqliteWorkflowOps;
+  private readonly schedules: SqliteScheduleOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -199,6 +202,7 @@ export class SqliteStore implements Store {
     this.rollbackStmt = this.db.prepare('ROLLBACK');
     this.transitions = new Transitions(this.db);
     this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
+    this.schedules = new SqliteScheduleOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
   /** A cached prepared statement; SQL shapes that vary are cached per shape. */
@@ -645,6 +649,18 @@ export class SqliteStore implements Store {
   sendSignal: WorkflowStore['sendSignal'] = (p) => this.workflow.sendSignal(p);
   consumedSignal: WorkflowStore['consumedSignal'] = (p) => this.workflow.consumedSignal(p);
   countChildren: WorkflowStore['countChildren'] = (p) => this.workflow.countChildren(p);
+
+  // ---- schedules (ScheduleStore): schedule-ops.ts ---------------------------------------------
+
+  insertSchedule: ScheduleStore['insertSchedule'] = (p) => this.schedules.insertSchedule(p);
+  replaceSchedule: ScheduleStore['replaceSchedule'] = (p) => this.schedules.replaceSchedule(p);
+  getSchedule: ScheduleStore['getSchedule'] = (p) => this.schedules.getSchedule(p);
+  listSchedules: ScheduleStore['listSchedules'] = (p) => this.schedules.listSchedules(p);
+  deleteSchedule: ScheduleStore['deleteSchedule'] = (p) => this.schedules.deleteSchedule(p);
+  setSchedulePaused: ScheduleStore['setSchedulePaused'] = (p) => this.schedules.setSchedulePaused(p);
+  recordScheduleRun: ScheduleStore['recordScheduleRun'] = (p) => this.schedules.recordScheduleRun(p);
+  dueSchedules: ScheduleStore['dueSchedules'] = (p) => this.schedules.dueSchedules(p);
+  advanceSchedule: ScheduleStore['advanceSchedule'] = (p) => this.schedules.advanceSchedule(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
 
