@@ -44,7 +44,7 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { packageVersion, serverNote, withDatabase } from './lib/pg-database.js';
-import { boolFlag, fmtMs, gitState, listFlag, loadNote, median, numFlag, percentile, profiled, strFlag, table } from './lib/util.js';
+import { boolFlag, fmtMs, gitState, listFlag, loadNote, median, numFlag, profiled, strFlag, table } from './lib/util.js';
 import { fanInModes, fanInShapes, fmtP, int, pct } from './lib/workflow-shapes.js';
 
 const STORE = strFlag('store') ?? 'sqlite';

@@ -29,7 +29,7 @@
 import { createRequire } from 'node:module';
 import { FlowProducer, type Job, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { fmtMs, listFlag, loadNote, median, numFlag, percentile, strFlag, table } from '../lib/util.js';
+import { fmtMs, listFlag, loadNote, median, numFlag, strFlag, table } from '../lib/util.js';
 import { fanInModes, fanInShapes, fmtP, int, pct } from '../lib/workflow-shapes.js';
 
 const SIZES = listFlag('children', [10_000, 100_000]);
