@@ -2,6 +2,9 @@
  * Runtime wiring: the store and channel a URL asks for, the relay between the bus and the
  * channel, the sweeper, webhook dispatch, workers, signal handling, and the order of shutdown.
  */
+import { deleteJobResults } from '../blobs/results.js';
+import type { RetentionPolicy } from '../core/retention.js';
+import { Eraser } from '../retention/erase.js';
 import type { Logger } from 'pino';
 import { sweepExpiredUploads } from '../blobs/uploads.js';
 import { type BusBridge, connectBus, isRelayed } from '../channel/bridge.js';
@@ -93,7 +96,15 @@ export interface RuntimeContext {
   readonly logger: Logger;
   readonly config: Pick<
     LonghaulConfig,
-    'sweepIntervalMs' | 'cancelDrainMs' | 'heartbeatIntervalMs' | 'heartbeatTimeoutMs' | 'resultTtlMs' | 'concurrency' | 'defaultMaxAttempts' | 'stallTimeoutMs'
+    | 'sweepIntervalMs'
+    | 'cancelDrainMs'
+    | 'heartbeatIntervalMs'
+    | 'heartbeatTimeoutMs'
+    | 'resultTtlMs'
+    | 'concurrency'
+    | 'defaultMaxAttempts'
+    | 'stallTimeoutMs'
+    | 'retention'
   >;
   readonly webhookConfig: WebhookConfig;
   readonly files: LazyFiles;
@@ -118,8 +129,15 @@ export class Runtime {
   /** What ctx.spawn needs of this instance: children are checked like submissions, with the parent's tenant. */
   private readonly workflows: WorkerWorkflows;
 
+  /** Deletes ended jobs with their rows and files: retention passes and purges. */
+  readonly eraser: Eraser;
+
   constructor(private readonly ctx: RuntimeContext) {
     const { channel, store } = ctx;
+    this.eraser = new Eraser({
+      store,
+      deleteFiles: async (id) => deleteJobResults((await ctx.files.open()).blobs, id),
+    });
     this.parents = new ParentTracker({ store, bus: ctx.bus, log: ctx.logger.child({ component: 'workflows' }) });
     this.parents.start();
     this.workflows = {
@@ -160,6 +178,7 @@ export class Runtime {
         const jf = await files.open();
         for (const job of jobs) await jf.deleteJobFiles(store, job.id);
       },
+      retention: async (now) => (await this.eraser.retain(config.retention, this.taskRetention(), now)).jobs,
       maintenance: () => this.dispatchWebhooks(),
       everyPass: async (now) => {
         // Uploads expire where blob storage is open (API servers open it to accept uploads).
@@ -185,6 +204,13 @@ export class Runtime {
       if (soon) clearTimeout(soon);
     };
     return this.sweeper;
+  }
+
+  /** The retention overrides of the tasks registered here (a task without one follows the instance's). */
+  private taskRetention(): Map<string, RetentionPolicy> {
+    const out = new Map<string, RetentionPolicy>();
+    for (const [type, task] of this.ctx.tasks) if (Object.keys(task.retention).length > 0) out.set(type, task.retention);
+    return out;
   }
 
   /** Enqueues the delivery jobs of pending webhook events (coalesced: one run at a time, plus one more if asked meanwhile). */

@@ -44,6 +44,7 @@ import {
   type SqlTransaction,
   type Store,
   type SweepParams,
+  type RetentionStore,
   type WorkflowStore,
   type TransitionParams,
   type WebhookDeliveryEntry,
@@ -54,6 +55,8 @@ import {
 import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
 import { checkTransition, encodeTransitions } from './transitions.js';
 import { PgWorkflowOps } from './workflow-ops.js';
+import { PgRetentionOps } from './retention-ops.js';
+import { keyReusable } from '../../core/retention.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
@@ -160,6 +163,7 @@ export class PostgresStore implements Store {
   private closing: Promise<void> | null = null;
   private readonly sql: ReturnType<PostgresStore['statements']>;
   private readonly workflow: PgWorkflowOps;
+  private readonly retention: PgRetentionOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -187,6 +191,7 @@ export class PostgresStore implements Store {
     this.sql = this.statements();
     const host = { pool: this.pool, s: this.s, inTransaction: this.inTransaction.bind(this) };
     this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, undefined, client) });
+    this.retention = new PgRetentionOps(this.pool, this.s);
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -353,19 +358,21 @@ export class PostgresStore implements Store {
 
   async insertJob(params: InsertJobParams): Promise<InsertResult> {
     const client = params.tx === undefined ? undefined : transactionClient(params.tx);
-    const [result] = await this.insertMany([params.job], params.maxBacklog, client);
+    const [result] = await this.insertMany([params.job], params.maxBacklog, client, params.idempotencyTtlMs);
     return result as InsertResult;
   }
 
-  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; tx?: SqlTransaction }): Promise<InsertResult[]> {
+  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number; tx?: SqlTransaction }): Promise<InsertResult[]> {
     const client = params.tx === undefined ? undefined : transactionClient(params.tx);
     if (params.jobs.length === 0) return [];
-    return this.insertMany(params.jobs, params.maxBacklog, client);
+    return this.insertMany(params.jobs, params.maxBacklog, client, params.idempotencyTtlMs);
   }
 
-  private async insertMany(jobs: NewJob[], maxBacklog: number | undefined, client: Client | undefined): Promise<InsertResult[]> {
+  private async insertMany(jobs: NewJob[], maxBacklog: number | undefined, client: Client | undefined, idempotencyTtlMs?: number): Promise<InsertResult[]> {
     if (jobs.some((j) => j.idempotencyKey !== null)) {
-      return client ? this.insertKeyed(jobs, maxBacklog, client) : this.inTransaction((c) => this.insertKeyed(jobs, maxBacklog, c));
+      return client
+        ? this.insertKeyed(jobs, maxBacklog, client, idempotencyTtlMs)
+        : this.inTransaction((c) => this.insertKeyed(jobs, maxBacklog, c, idempotencyTtlMs));
     }
     // No idempotency keys: one statement inserts the jobs that fit under the backlog limit.
     const json = JSON.stringify(jobs.map((j, i) => jobJson(j, i + 1)));
@@ -382,7 +389,7 @@ export class PostgresStore implements Store {
    * concurrent transaction inserted first (ON CONFLICT DO NOTHING) is read back and answered
    * as existing/conflict too.
    */
-  private async insertKeyed(jobs: NewJob[], maxBacklog: number | undefined, client: Client): Promise<InsertResult[]> {
+  private async insertKeyed(jobs: NewJob[], maxBacklog: number | undefined, client: Client, idempotencyTtlMs?: number): Promise<InsertResult[]> {
     const keyOf = (tenant: string, key: string) => `${tenant}\u0000${key}`;
     const keyed = jobs.filter((j) => j.idempotencyKey !== null);
     const readKeys = async (list: NewJob[]) => {
@@ -396,6 +403,19 @@ export class PostgresStore implements Store {
       return found;
     };
     const stored = await readKeys(keyed);
+    // Keys whose job failed, was cancelled or outlived the key's lifetime move to the new job:
+    // the old job keeps its row without a key (a concurrent transaction doing the same finds the
+    // key free too, and then one insert wins ON CONFLICT and the other answers with its job).
+    const released: string[] = [];
+    for (const job of keyed) {
+      const k = keyOf(job.tenant, job.idempotencyKey as string);
+      const held = stored.get(k);
+      if (held && keyReusable(held.job, job.createdAt, idempotencyTtlMs)) {
+        released.push(held.job.id);
+        stored.delete(k);
+      }
+    }
+    if (released.length > 0) await client.query(`UPDATE ${this.s}.jobs SET idempotency_key = NULL WHERE id = ANY($1::uuid[])`, [released]);
     let backlog = 0;
     if (maxBacklog !== undefined) {
       const [row] = await this.rows('backlog', this.sql.backlog, [Math.max(0, Math.floor(maxBacklog))], client);
@@ -665,6 +685,12 @@ export class PostgresStore implements Store {
   sendSignal: WorkflowStore['sendSignal'] = (p) => this.workflow.sendSignal(p);
   consumedSignal: WorkflowStore['consumedSignal'] = (p) => this.workflow.consumedSignal(p);
   countChildren: WorkflowStore['countChildren'] = (p) => this.workflow.countChildren(p);
+
+  // ---- retention (RetentionStore): retention-ops.ts -----------------------------------------------
+
+  endedJobs: RetentionStore['endedJobs'] = (p) => this.retention.endedJobs(p);
+  countOpenJobs: RetentionStore['countOpenJobs'] = (p) => this.retention.countOpenJobs(p);
+  deleteJobs: RetentionStore['deleteJobs'] = (p) => this.retention.deleteJobs(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
 

@@ -126,4 +126,13 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX job_signals_unconsumed ON job_signals (job_id, name, seq) WHERE consumed_by IS NULL;
   CREATE INDEX job_signals_consumed ON job_signals (job_id, consumed_by) WHERE consumed_by IS NOT NULL;
   `,
+  // 4: reserved for schedules (added in parallel; numbering is fixed at merge time)
+  `SELECT 1`,
+  // 5: retention: ended jobs by state and end time (the sweeper's deletion scan), signals by job
+  // (deleted with their job). Partial on ended states: claims and transitions between open
+  // states never touch it.
+  `
+  CREATE INDEX jobs_ended ON jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
+  CREATE INDEX job_signals_job ON job_signals (job_id);
+  `,
 ];

@@ -41,6 +41,7 @@ import {
   type ResultFileRecord,
   type SnapshotJson,
   type Store,
+  type RetentionStore,
   type WorkflowStore,
   type SweepParams,
   type TransitionParams,
@@ -56,6 +57,8 @@ import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 import { checkTransition, Transitions } from './transitions.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
+import { SqliteRetentionOps } from './retention-ops.js';
+import { keyReusable } from '../../core/retention.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -157,6 +160,7 @@ export class SqliteStore implements Store {
   private readonly snapshots = new SnapshotCache();
   private readonly transitions: Transitions;
   private readonly workflow: SqliteWorkflowOps;
+  private readonly retention: SqliteRetentionOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -199,6 +203,7 @@ export class SqliteStore implements Store {
     this.rollbackStmt = this.db.prepare('ROLLBACK');
     this.transitions = new Transitions(this.db);
     this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
+    this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
   /** A cached prepared statement; SQL shapes that vary are cached per shape. */
@@ -306,14 +311,17 @@ export class SqliteStore implements Store {
 
   // ---- submit -------------------------------------------------------------------------
 
-  private insertOne(job: NewJob, maxBacklog: number | undefined): InsertResult {
+  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number): InsertResult {
     if (job.idempotencyKey !== null) {
       const existing = this.arrayStmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(
         job.tenant,
         job.idempotencyKey,
       ) as unknown as [string, string | null] | undefined;
       if (existing) {
-        return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: jobFromJson(existing[0]) };
+        const held = jobFromJson(existing[0]);
+        if (!keyReusable(held, job.createdAt, idempotencyTtlMs)) return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: held };
+        // The key moves to the new job (the old one keeps its row, without a key): one statement of this transaction.
+        this.stmt('UPDATE jobs SET idempotency_key = NULL WHERE id = ?').run(held.id);
       }
     }
     if (maxBacklog !== undefined) {
@@ -329,11 +337,11 @@ export class SqliteStore implements Store {
   }
 
   async insertJob(params: InsertJobParams): Promise<InsertResult> {
-    return this.write(() => this.insertOne(params.job, params.maxBacklog));
+    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs));
   }
 
-  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number }): Promise<InsertResult[]> {
-    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog)), params.jobs.length);
+  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number }): Promise<InsertResult[]> {
+    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs)), params.jobs.length);
   }
 
   // ---- reads --------------------------------------------------------------------------
@@ -645,6 +653,12 @@ export class SqliteStore implements Store {
   sendSignal: WorkflowStore['sendSignal'] = (p) => this.workflow.sendSignal(p);
   consumedSignal: WorkflowStore['consumedSignal'] = (p) => this.workflow.consumedSignal(p);
   countChildren: WorkflowStore['countChildren'] = (p) => this.workflow.countChildren(p);
+
+  // ---- retention (RetentionStore): retention-ops.ts -----------------------------------------------
+
+  endedJobs: RetentionStore['endedJobs'] = (p) => this.retention.endedJobs(p);
+  countOpenJobs: RetentionStore['countOpenJobs'] = (p) => this.retention.countOpenJobs(p);
+  deleteJobs: RetentionStore['deleteJobs'] = (p) => this.retention.deleteJobs(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
 

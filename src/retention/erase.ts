@@ -1,0 +1,90 @@
+/**
+ * Deleting ended jobs with everything they own, in small batches: retention (a sweeper pass,
+ * rules from core/retention.ts) and purge (an erasure request by tenant or filter). Per batch:
+ * the files of the jobs that have result records are deleted from blob storage first, then the
+ * rows in one short transaction (RetentionStore.deleteJobs), so a crash in between leaves rows
+ * whose next deletion deletes their files again, never files nobody can find.
+ */
+import { type RetentionPolicy, retentionRules } from '../core/retention.js';
+import type { DeletedRows, EndedJobFilter, ResultFileStore, RetentionStore } from '../store/store.js';
+
+/** What an erasure removed: rows per table, and blobs deleted from blob storage. */
+export interface Erased extends DeletedRows {
+  files: number;
+}
+
+export const NOTHING_ERASED: Erased = Object.freeze({ jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0, files: 0 });
+
+export interface EraserOptions {
+  store: RetentionStore & Pick<ResultFileStore, 'listResults'>;
+  /** Deletes every blob of a job's results; the number deleted. Absent: no blob storage (and no file records to act on). */
+  deleteFiles?: (jobId: string) => Promise<number>;
+  /** Jobs per batch (per statement and transaction). Default 500. */
+  batchSize?: number;
+  /** Pause between batches, so other writers get the database in between. Default 0 (a yield to the event loop). */
+  pauseMs?: number;
+}
+
+function add(into: Erased, rows: DeletedRows, files: number): void {
+  for (const k of Object.keys(rows) as (keyof DeletedRows)[]) into[k] += rows[k];
+  into.files += files;
+}
+
+export class Eraser {
+  private readonly batch: number;
+
+  constructor(private readonly options: EraserOptions) {
+    this.batch = options.batchSize ?? 500;
+  }
+
+  /** Deletes one batch of ids (files, then rows). */
+  private async deleteBatch(ids: string[], into: Erased): Promise<number> {
+    const { store, deleteFiles } = this.options;
+    let files = 0;
+    const withFiles = await store.listResults({ ids });
+    if (withFiles.size > 0) {
+      if (!deleteFiles) throw new Error('jobs with result files cannot be deleted without blob storage');
+      for (const id of withFiles.keys()) files += await deleteFiles(id);
+    }
+    const rows = await store.deleteJobs({ ids });
+    add(into, rows, files);
+    return rows.jobs;
+  }
+
+  private async pause(): Promise<void> {
+    const ms = this.options.pauseMs ?? 0;
+    await new Promise((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
+  }
+
+  /**
+   * Deletes the jobs matching `filter` batch after batch until none is left or `maxBatches`
+   * ran. A parent becomes deletable once its children are gone, so it is found by a later batch.
+   */
+  async eraseMatching(filter: EndedJobFilter, maxBatches = Number.POSITIVE_INFINITY, into: Erased = { ...NOTHING_ERASED }): Promise<Erased> {
+    for (let n = 0; n < maxBatches; n++) {
+      const ids = await this.options.store.endedJobs({ filter, limit: this.batch });
+      if (ids.length === 0) break;
+      const deleted = await this.deleteBatch(ids, into);
+      // Every id was skipped (taken by a concurrent writer): leave them for the next pass.
+      if (deleted === 0) break;
+      await this.pause();
+    }
+    return into;
+  }
+
+  /**
+   * One retention pass at `now`: each rule (per end state, per overriding task) deletes at most
+   * `maxBatches` batches, so a large backlog is worked off over several passes without holding
+   * up the sweeper's other work.
+   */
+  async retain(global: RetentionPolicy, perTask: ReadonlyMap<string, RetentionPolicy>, now: number, maxBatches = 4): Promise<Erased> {
+    const into: Erased = { ...NOTHING_ERASED };
+    for (const rule of retentionRules(global, perTask, now)) {
+      const filter: EndedJobFilter = { states: rule.states, finishedBefore: rule.finishedBefore };
+      if (rule.types) filter.types = rule.types;
+      if (rule.excludeTypes) filter.excludeTypes = rule.excludeTypes;
+      await this.eraseMatching(filter, maxBatches, into);
+    }
+    return into;
+  }
+}
