@@ -17,6 +17,7 @@ import { registerOpsRoutes } from './routes/ops.js';
 import { type ResultRouteOptions, registerResultRoutes } from './routes/results.js';
 import { registerStreamRoutes, webSocketSession } from './routes/streams.js';
 import { registerUploadRoutes, type UploadRouteOptions } from './routes/uploads.js';
+import { registerPurgeRoutes } from './routes/purge.js';
 import { registerWorkflowRoutes } from './routes/workflow.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
@@ -27,6 +28,8 @@ import { jsonDepth, MAX_JSON_DEPTH } from '../core/limits.js';
 export interface ServerOptions {
   lh: Longhaul;
   apiKeys?: ApiKey[];
+  /** Tenants whose API keys are admin keys (`DELETE /v1/jobs`); see routes/purge.ts. */
+  adminTenants?: readonly string[];
   /** Request body limit in bytes (413 beyond). Default 1 MiB. */
   maxBodyBytes?: number;
   /** HMAC secret for stream tokens; random per process when unset. */
@@ -115,6 +118,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     keepaliveMs: options.keepaliveMs ?? 15_000,
     streamBufferBytes: options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES,
     authEnabled: keys.length > 0,
+    adminTenants: new Set(options.adminTenants ?? []),
     log: app.log,
     streams: new Set(),
     closing: false,
@@ -221,6 +225,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerOpsRoutes(app, ctx);
   registerJobRoutes(app, ctx);
   registerWorkflowRoutes(app, ctx);
+  registerPurgeRoutes(app, ctx);
   registerStreamRoutes(app, ctx);
   const files = options.files === undefined || options.files === true ? await filesOf(options.lh) : options.files;
   if (files) {

@@ -16,6 +16,7 @@ import { newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
+import { runRetentionContract } from './store-contract/retention.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -40,6 +41,7 @@ runJobQueueContract('sqlite (file)', () => openStore());
 runResultFileContract('sqlite (file)', () => openStore());
 runWebhookOutboxContract('sqlite (file)', () => openStore());
 runWorkflowContract('sqlite (file)', () => openStore());
+runRetentionContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];
