@@ -57,33 +57,38 @@ export class Eraser {
   }
 
   /**
-   * Deletes the jobs matching `filter` batch after batch until none is left or `maxBatches`
-   * ran. A parent becomes deletable once its children are gone, so it is found by a later batch.
+   * Deletes the jobs matching `filter` batch after batch until none is left or the time is past
+   * `deadline` (performance.now()). A parent becomes deletable once its children are gone, so
+   * it is found by a later batch.
    */
-  async eraseMatching(filter: EndedJobFilter, maxBatches = Number.POSITIVE_INFINITY, into: Erased = { ...NOTHING_ERASED }): Promise<Erased> {
-    for (let n = 0; n < maxBatches; n++) {
+  async eraseMatching(filter: EndedJobFilter, deadline = Number.POSITIVE_INFINITY, into: Erased = { ...NOTHING_ERASED }): Promise<Erased> {
+    for (;;) {
       const ids = await this.options.store.endedJobs({ filter, limit: this.batch });
       if (ids.length === 0) break;
       const deleted = await this.deleteBatch(ids, into);
       // Every id was skipped (taken by a concurrent writer): leave them for the next pass.
-      if (deleted === 0) break;
+      if (deleted === 0 || performance.now() >= deadline) break;
       await this.pause();
     }
     return into;
   }
 
   /**
-   * One retention pass at `now`: each rule (per end state, per overriding task) deletes at most
-   * `maxBatches` batches, so a large backlog is worked off over several passes without holding
-   * up the sweeper's other work.
+   * One retention pass at `now`: each rule (per end state, per overriding task) deletes batch
+   * after batch while the pass's time budget lasts, so a large backlog is worked off over
+   * several passes without holding up the sweeper's other work for long, and a steady stream
+   * of completions (`0`: delete on completion) is kept up with at any throughput the budget
+   * allows (bench/RESULTS.md).
    */
-  async retain(global: RetentionPolicy, perTask: ReadonlyMap<string, RetentionPolicy>, now: number, maxBatches = 4): Promise<Erased> {
+  async retain(global: RetentionPolicy, perTask: ReadonlyMap<string, RetentionPolicy>, now: number, budgetMs = 500): Promise<Erased> {
     const into: Erased = { ...NOTHING_ERASED };
+    const deadline = performance.now() + budgetMs;
     for (const rule of retentionRules(global, perTask, now)) {
       const filter: EndedJobFilter = { states: rule.states, finishedBefore: rule.finishedBefore };
       if (rule.types) filter.types = rule.types;
       if (rule.excludeTypes) filter.excludeTypes = rule.excludeTypes;
-      await this.eraseMatching(filter, maxBatches, into);
+      await this.eraseMatching(filter, deadline, into);
+      if (performance.now() >= deadline) break;
     }
     return into;
   }
