@@ -199,17 +199,67 @@ export class Runtime {
       }, 10);
       soon.unref?.();
     });
+    // Retention 0 (delete on completion): a job that ends in this process is deleted at once,
+    // not at the next sweep. Debounced and coalesced like webhook dispatch: a busy worker's ends
+    // are deleted in batches of many (bench/RESULTS.md).
+    const offRetain = this.hasZeroRetention()
+      ? bus.on('job:changed', (e) => {
+          if (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled') return;
+          if (isRelayed(e)) return;
+          this.retainSoon();
+        })
+      : () => {};
     this.dispatchOff = () => {
       off();
+      offRetain();
       if (soon) clearTimeout(soon);
+      if (this.retainTimer) clearTimeout(this.retainTimer);
+      this.retainTimer = null;
     };
     return this.sweeper;
+  }
+
+  private retainTimer: NodeJS.Timeout | null = null;
+  private retaining: Promise<void> | null = null;
+  private retainAgain = false;
+
+  /** True when some end state is deleted on completion (instance-wide or for some task). */
+  private hasZeroRetention(): boolean {
+    const zero = (p: RetentionPolicy) => Object.values(p).some((ms) => ms === 0);
+    return zero(this.ctx.config.retention) || [...this.ctx.tasks.values()].some((t) => zero(t.retention ?? {}));
+  }
+
+  /** A retention pass of the periods that are 0 soon (one at a time, plus one more if asked meanwhile). */
+  private retainSoon(): void {
+    if (this.retaining) {
+      this.retainAgain = true;
+      return;
+    }
+    if (this.retainTimer) return;
+    this.retainTimer = setTimeout(() => {
+      this.retainTimer = null;
+      const zeroOnly = Object.fromEntries(Object.entries(this.ctx.config.retention).filter(([, ms]) => ms === 0)) as RetentionPolicy;
+      this.retaining = (async () => {
+        try {
+          do {
+            this.retainAgain = false;
+            // Every rule retentionRules makes is correct on its own: the instance's other periods are left to the sweeper.
+            await this.eraser.retain(zeroOnly, this.taskRetention(), Date.now());
+          } while (this.retainAgain && !this.isClosed);
+        } catch (err) {
+          this.ctx.logger.error({ err }, 'retention on completion failed');
+        } finally {
+          this.retaining = null;
+        }
+      })();
+    }, 20);
+    this.retainTimer.unref?.();
   }
 
   /** The retention overrides of the tasks registered here (a task without one follows the instance's). */
   private taskRetention(): Map<string, RetentionPolicy> {
     const out = new Map<string, RetentionPolicy>();
-    for (const [type, task] of this.ctx.tasks) if (Object.keys(task.retention).length > 0) out.set(type, task.retention);
+    for (const [type, task] of this.ctx.tasks) if (task.retention && Object.keys(task.retention).length > 0) out.set(type, task.retention);
     return out;
   }
 
@@ -320,6 +370,7 @@ export class Runtime {
     await this.parents.close();
     this.dispatchOff?.();
     await this.dispatching?.catch(() => {});
+    await this.retaining;
     this.isClosed = true;
     this.signalCleanup?.();
     await this.ctx.files.close();

@@ -149,7 +149,8 @@ for (const backend of backends) {
     it('deletes ended jobs past their period with every row and file; a task keeping forever and an open job stay', async () => {
       const { lh, store, counts } = await openInstance({ retention: { succeeded: 0, failed: 0 } });
       try {
-        await lh.startWorker({ concurrency: 4 });
+        // No sweeper until the rows are counted: it would delete the jobs as they end.
+        await lh.startWorker({ concurrency: 4, sweeper: false });
         const ok = await endedJob(lh, store, 't.files');
         const failed = await endedJob(lh, store, 't.fail');
         const kept = await endedJob(lh, store, 't.keep');
@@ -169,6 +170,27 @@ for (const backend of backends) {
         assert.equal(await lh.get(failed.id), null);
         assert.equal((await lh.get(kept.id))?.status, 'succeeded', 'the task keeps its jobs forever');
         assert.equal((await lh.get(open.id))?.status, 'pending');
+      } finally {
+        await lh.close();
+      }
+    });
+
+    it('retention 0 deletes a job right after it ends in this process, without waiting for a sweep', async () => {
+      // A sweep interval of a minute: only the on-completion path can delete within the test.
+      const { lh, counts } = await openInstance({ retention: { succeeded: 0 }, sweepIntervalMs: 60_000 });
+      try {
+        lh.startSweeper();
+        await lh.startWorker();
+        const job = await lh.submit('t.files', {});
+        const deadline = Date.now() + 10_000;
+        while ((await lh.get(job.id)) !== null) {
+          assert.ok(Date.now() < deadline, 'the job was not deleted on completion');
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        const left = await counts();
+        assert.equal(left.jobs, 0);
+        assert.equal(left.files, 0);
+        assert.equal(left.job_results, 0);
       } finally {
         await lh.close();
       }
