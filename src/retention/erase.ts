@@ -32,6 +32,9 @@ function add(into: Erased, rows: DeletedRows, files: number): void {
 
 export class Eraser {
   private readonly batch: number;
+  /** Per retention rule, the end time its last batch reached (see retain). */
+  private readonly resumeAt = new Map<string, { from?: number }>();
+  private resumedSince = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly options: EraserOptions) {
     this.batch = options.batchSize ?? 500;
@@ -61,13 +64,26 @@ export class Eraser {
    * `deadline` (performance.now()). A parent becomes deletable once its children are gone, so
    * it is found by a later batch.
    */
-  async eraseMatching(filter: EndedJobFilter, deadline = Number.POSITIVE_INFINITY, into: Erased = { ...NOTHING_ERASED }): Promise<Erased> {
+  async eraseMatching(
+    filter: EndedJobFilter,
+    deadline = Number.POSITIVE_INFINITY,
+    into: Erased = { ...NOTHING_ERASED },
+    resume?: { from?: number },
+  ): Promise<Erased> {
+    // Each batch starts at the end time where the previous one ended (ties included: a job of
+    // that instant the previous batch did not take is found again), not at the oldest end.
+    let from: number | undefined = resume?.from;
     for (;;) {
-      const ids = await this.options.store.endedJobs({ filter, limit: this.batch });
-      if (ids.length === 0) break;
-      const deleted = await this.deleteBatch(ids, into);
+      const found = await this.options.store.endedJobs({ filter: from === undefined ? filter : { ...filter, finishedFrom: from }, limit: this.batch });
+      if (found.length === 0) break;
+      const deleted = await this.deleteBatch(
+        found.map((j) => j.id),
+        into,
+      );
       // Every id was skipped (taken by a concurrent writer): leave them for the next pass.
       if (deleted === 0 || performance.now() >= deadline) break;
+      from = found[found.length - 1]?.finishedAt;
+      if (resume) resume.from = from;
       await this.pause();
     }
     return into;
@@ -83,11 +99,23 @@ export class Eraser {
   async retain(global: RetentionPolicy, perTask: ReadonlyMap<string, RetentionPolicy>, now: number, budgetMs = 500): Promise<Erased> {
     const into: Erased = { ...NOTHING_ERASED };
     const deadline = performance.now() + budgetMs;
+    // Passes resume where the last one of the same rule ended, and start over from the oldest
+    // end once a minute: a job skipped meanwhile (locked by another writer) is found then.
+    if (now - this.resumedSince >= 60_000) {
+      this.resumeAt.clear();
+      this.resumedSince = now;
+    }
     for (const rule of retentionRules(global, perTask, now)) {
       const filter: EndedJobFilter = { states: rule.states, finishedBefore: rule.finishedBefore };
       if (rule.types) filter.types = rule.types;
       if (rule.excludeTypes) filter.excludeTypes = rule.excludeTypes;
-      await this.eraseMatching(filter, deadline, into);
+      const key = JSON.stringify([rule.states, rule.types, rule.excludeTypes]);
+      let resume = this.resumeAt.get(key);
+      if (!resume) {
+        resume = {};
+        this.resumeAt.set(key, resume);
+      }
+      await this.eraseMatching(filter, deadline, into, resume);
       if (performance.now() >= deadline) break;
     }
     return into;

@@ -458,6 +458,12 @@ export interface EndedJobFilter {
   states: readonly JobState[];
   /** Jobs that ended before this time. */
   finishedBefore?: number;
+  /**
+   * Jobs that ended at or after this time: a deletion that resumes where its previous batch
+   * ended, so that it does not walk again over the index entries of the rows it just deleted
+   * (PostgreSQL keeps them until vacuum, and a walk over them from the start grows with every batch).
+   */
+  finishedFrom?: number;
   tenant?: string;
   types?: readonly string[];
   excludeTypes?: readonly string[];
@@ -483,8 +489,8 @@ export interface DeletedRows {
  *   between leaves rows whose next deletion deletes the files again, never orphaned files).
  */
 export interface RetentionStore {
-  /** Ids of ended jobs matching the filter that have no children rows, oldest end first, at most `limit`. */
-  endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<string[]>;
+  /** Ended jobs matching the filter that have no children rows, oldest end first, at most `limit`. */
+  endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>>;
   /** Jobs of the tenant/type that are not ended (a purge skips and reports them). */
   countOpenJobs(params: { tenant?: string; type?: string }): Promise<number>;
   /** Deletes the listed jobs that are ended and childless, with their progress, result file records, webhook target, delivery log and signals. */

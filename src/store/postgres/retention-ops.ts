@@ -37,7 +37,7 @@ export class PgRetentionOps {
         (SELECT count(*) FROM w)::integer, (SELECT count(*) FROM d)::integer, (SELECT count(*) FROM g)::integer`;
   }
 
-  async endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<string[]> {
+  async endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>> {
     const { filter } = params;
     if (filter.states.length === 0) return [];
     const values: unknown[] = [[...filter.states]];
@@ -47,14 +47,15 @@ export class PgRetentionOps {
       where.push(sql(values.length));
     };
     if (filter.finishedBefore !== undefined) add((n) => `j.finished_at < $${n}`, filter.finishedBefore);
+    if (filter.finishedFrom !== undefined) add((n) => `j.finished_at >= $${n}`, filter.finishedFrom);
     if (filter.tenant !== undefined) add((n) => `j.tenant = $${n}`, filter.tenant);
     if (filter.types !== undefined) add((n) => `j.type = ANY($${n}::text[])`, [...filter.types]);
     if (filter.excludeTypes !== undefined && filter.excludeTypes.length > 0) add((n) => `NOT (j.type = ANY($${n}::text[]))`, [...filter.excludeTypes]);
     where.push(`NOT EXISTS (SELECT 1 FROM ${this.s}.jobs c WHERE c.parent_id = j.id::text)`);
     values.push(Math.max(0, Math.floor(params.limit)));
-    const text = `SELECT j.id::text FROM ${this.s}.jobs j WHERE ${where.join(' AND ')} ORDER BY j.finished_at LIMIT $${values.length}`;
+    const text = `SELECT j.id::text, j.finished_at FROM ${this.s}.jobs j WHERE ${where.join(' AND ')} ORDER BY j.finished_at LIMIT $${values.length}`;
     const res = await this.pool.query({ text, values, rowMode: 'array' });
-    return (res.rows as unknown[][]).map((r) => r[0] as string);
+    return (res.rows as unknown[][]).map((r) => ({ id: r[0] as string, finishedAt: Number(r[1]) }));
   }
 
   async countOpenJobs(params: { tenant?: string; type?: string }): Promise<number> {

@@ -38,7 +38,7 @@ export class SqliteRetentionOps {
     return s;
   }
 
-  async endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<string[]> {
+  async endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>> {
     const { filter } = params;
     if (filter.states.length === 0) return [];
     const where = [ENDED_SQL, `j.state IN (${filter.states.map(() => '?').join(', ')})`];
@@ -46,6 +46,10 @@ export class SqliteRetentionOps {
     if (filter.finishedBefore !== undefined) {
       where.push('j.finished_at < ?');
       args.push(filter.finishedBefore);
+    }
+    if (filter.finishedFrom !== undefined) {
+      where.push('j.finished_at >= ?');
+      args.push(filter.finishedFrom);
     }
     if (filter.tenant !== undefined) {
       where.push('j.tenant = ?');
@@ -61,8 +65,8 @@ export class SqliteRetentionOps {
     }
     where.push(NO_CHILD_SQL);
     args.push(Math.max(0, Math.floor(params.limit)));
-    const sql = `SELECT j.id FROM jobs j WHERE ${where.join(' AND ')} ORDER BY j.finished_at LIMIT ?`;
-    return (this.stmt(sql).all(...args) as Array<{ id: string }>).map((r) => r.id);
+    const sql = `SELECT j.id, j.finished_at FROM jobs j WHERE ${where.join(' AND ')} ORDER BY j.finished_at LIMIT ?`;
+    return (this.stmt(sql).all(...args) as Array<{ id: string; finished_at: number }>).map((r) => ({ id: r.id, finishedAt: Number(r.finished_at) }));
   }
 
   async countOpenJobs(params: { tenant?: string; type?: string }): Promise<number> {

@@ -37,6 +37,7 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
     });
 
     const { insert, running, apply, get } = contractHelpers(() => store);
+    const endedIds = async (p: Parameters<Store['endedJobs']>[0]) => (await store.endedJobs(p)).map((j) => j.id);
 
     /** A job run to `to` at `at`, with progress, a result file record, a webhook target and a delivery log entry. */
     async function ended(to: 'succeeded' | 'failed' | 'cancelled', at: number, overrides: Parameters<typeof insert>[0] = {}): Promise<JobRecord> {
@@ -69,13 +70,15 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
       const f = await ended('failed', T0 + 5, { type: 'a', tenant: 'other' });
       await insert({ type: 'a' }); // queued: never found
       await running({ type: 'c' }); // running: never found
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'] }, limit: 10 }), [b.id, a.id]);
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'] }, limit: 1 }), [b.id]);
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'], finishedBefore: T0 + 20 }, limit: 10 }), [b.id]);
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'], types: ['a'] }, limit: 10 }), [a.id]);
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'], excludeTypes: ['a'] }, limit: 10 }), [b.id]);
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded', 'failed'], tenant: 'other' }, limit: 10 }), [f.id]);
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['queued', 'running'] }, limit: 10 }), [], 'open states never match');
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'] }, limit: 10 }), [b.id, a.id]);
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'] }, limit: 1 }), [b.id]);
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'], finishedBefore: T0 + 20 }, limit: 10 }), [b.id]);
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'], finishedFrom: T0 + 11 }, limit: 10 }), [a.id]);
+      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'] }, limit: 1 }), [{ id: b.id, finishedAt: T0 + 10 }]);
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'], types: ['a'] }, limit: 10 }), [a.id]);
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'], excludeTypes: ['a'] }, limit: 10 }), [b.id]);
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded', 'failed'], tenant: 'other' }, limit: 10 }), [f.id]);
+      assert.deepEqual(await endedIds({ filter: { states: ['queued', 'running'] }, limit: 10 }), [], 'open states never match');
       assert.equal(await store.countOpenJobs({ tenant: 'acme' }), 2);
       assert.equal(await store.countOpenJobs({ tenant: 'other' }), 0);
       assert.equal(await store.countOpenJobs({ type: 'b' }), 0);
@@ -107,19 +110,19 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
       const open = await insert();
       const parent = await ended('succeeded', T0 + 1);
       const child = await ended('succeeded', T0 + 2, { parentId: parent.id });
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'] }, limit: 10 }), [child.id], 'the parent is not due while its child is kept');
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'] }, limit: 10 }), [child.id], 'the parent is not due while its child is kept');
       const first = await store.deleteJobs({ ids: [open.id, parent.id, child.id] });
       assert.equal(first.jobs, 1, 'only the child: the job is open, the parent still had a child when checked');
       assert.ok(await store.getJob({ id: open.id }));
       assert.ok(await store.getJob({ id: parent.id }));
       assert.equal(await store.getJob({ id: child.id }), null);
-      assert.deepEqual(await store.endedJobs({ filter: { states: ['succeeded'] }, limit: 10 }), [parent.id]);
+      assert.deepEqual(await endedIds({ filter: { states: ['succeeded'] }, limit: 10 }), [parent.id]);
       assert.equal((await store.deleteJobs({ ids: [parent.id] })).jobs, 1);
     });
 
     it('keeps a job that left its ended state since it was selected (manual retry)', async () => {
       const f = await ended('failed', T0 + 1);
-      const ids = await store.endedJobs({ filter: { states: ['failed'] }, limit: 10 });
+      const ids = await endedIds({ filter: { states: ['failed'] }, limit: 10 });
       assert.deepEqual(ids, [f.id]);
       assert.ok(await apply({ id: f.id, from: 'failed', to: 'queued', reason: 'manual retry', at: T0 + 2, patch: { finishedAt: null } }));
       assert.equal((await store.deleteJobs({ ids })).jobs, 0);
