@@ -33,7 +33,7 @@ function add(into: Erased, rows: DeletedRows, files: number): void {
 export class Eraser {
   private readonly batch: number;
   /** Per retention rule, the end time its last batch reached (see retain). */
-  private readonly resumeAt = new Map<string, { from?: number }>();
+  private readonly resumeAt = new Map<string, Map<string, number>>();
   private resumedSince = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly options: EraserOptions) {
@@ -62,29 +62,34 @@ export class Eraser {
   /**
    * Deletes the jobs matching `filter` batch after batch until none is left or the time is past
    * `deadline` (performance.now()). A parent becomes deletable once its children are gone, so
-   * it is found by a later batch.
+   * it is found by a later batch. One state at a time: the (state, finished_at) index then gives
+   * the order, where several states at once would have every match sorted at each batch.
    */
   async eraseMatching(
     filter: EndedJobFilter,
     deadline = Number.POSITIVE_INFINITY,
     into: Erased = { ...NOTHING_ERASED },
-    resume?: { from?: number },
+    resume?: Map<string, number>,
   ): Promise<Erased> {
-    // Each batch starts at the end time where the previous one ended (ties included: a job of
-    // that instant the previous batch did not take is found again), not at the oldest end.
-    let from: number | undefined = resume?.from;
-    for (;;) {
-      const found = await this.options.store.endedJobs({ filter: from === undefined ? filter : { ...filter, finishedFrom: from }, limit: this.batch });
-      if (found.length === 0) break;
-      const deleted = await this.deleteBatch(
-        found.map((j) => j.id),
-        into,
-      );
-      // Every id was skipped (taken by a concurrent writer): leave them for the next pass.
-      if (deleted === 0 || performance.now() >= deadline) break;
-      from = found[found.length - 1]?.finishedAt;
-      if (resume) resume.from = from;
-      await this.pause();
+    for (const state of filter.states) {
+      // Each batch starts at the end time where the previous one ended (ties included: a job of
+      // that instant the previous batch did not take is found again), not at the oldest end.
+      let from: number | undefined = resume?.get(state);
+      for (;;) {
+        const one: EndedJobFilter = { ...filter, states: [state], ...(from === undefined ? {} : { finishedFrom: from }) };
+        const found = await this.options.store.endedJobs({ filter: one, limit: this.batch });
+        if (found.length === 0) break;
+        const deleted = await this.deleteBatch(
+          found.map((j) => j.id),
+          into,
+        );
+        // Every id was skipped (taken by a concurrent writer): leave them for the next pass.
+        if (deleted === 0) break;
+        from = found[found.length - 1]?.finishedAt;
+        if (resume && from !== undefined) resume.set(state, from);
+        if (performance.now() >= deadline) return into;
+        await this.pause();
+      }
     }
     return into;
   }
@@ -112,7 +117,7 @@ export class Eraser {
       const key = JSON.stringify([rule.states, rule.types, rule.excludeTypes]);
       let resume = this.resumeAt.get(key);
       if (!resume) {
-        resume = {};
+        resume = new Map();
         this.resumeAt.set(key, resume);
       }
       await this.eraseMatching(filter, deadline, into, resume);
