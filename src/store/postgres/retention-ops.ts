@@ -40,8 +40,11 @@ export class PgRetentionOps {
   async endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>> {
     const { filter } = params;
     if (filter.states.length === 0) return [];
-    const values: unknown[] = [[...filter.states]];
-    const where = [`j.state IN ${ENDED_SQL}`, 'j.state = ANY($1::text[])'];
+    // One state is compared with `=`: the (state, finished_at) index then gives the order (with
+    // `= ANY(array)` PostgreSQL 15 sorts every match instead).
+    const single = filter.states.length === 1;
+    const values: unknown[] = [single ? filter.states[0] : [...filter.states]];
+    const where = [`j.state IN ${ENDED_SQL}`, single ? 'j.state = $1::text' : 'j.state = ANY($1::text[])'];
     const add = (sql: (n: number) => string, value: unknown) => {
       values.push(value);
       where.push(sql(values.length));
