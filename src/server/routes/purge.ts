@@ -41,6 +41,18 @@ export const purgeSchema = {
       before: { type: 'string', description: 'only jobs that ended before this time (ISO date-time or ms)' },
     },
   },
+  response: {
+    200: {
+      type: 'object',
+      properties: {
+        deleted: {
+          type: 'object',
+          properties: Object.fromEntries(['jobs', 'files', 'resultFiles', 'progress', 'webhooks', 'deliveries', 'signals'].map((k) => [k, { type: 'integer' }])),
+        },
+        skipped: { type: 'integer', description: 'matching jobs that have not ended (cancel them, then purge again)' },
+      },
+    },
+  },
 } as const;
 
 export function registerPurgeRoutes(app: FastifyInstance, ctx: AppContext): void {
