@@ -3,6 +3,8 @@
  * defaults pinned in DESIGN §7. Invalid values are refused with a message naming the setting
  * that was given (the option or the variable), and so are settings that contradict each other.
  */
+import { parseDuration } from './core/duration.js';
+import { parseRetention, type RetentionInput, type RetentionPolicy, retentionFromEnv } from './core/retention.js';
 
 export interface LonghaulConfig {
   database: string;
@@ -24,7 +26,17 @@ export interface LonghaulConfig {
   redisUrl: string | undefined;
   /** Prefix of the Redis keys and pub/sub channel (several deployments may share one Redis). */
   redisPrefix: string;
+  /**
+   * How long ended jobs are kept per end state before the sweeper deletes them (ms; null or
+   * absent: forever, the default; 0: on completion). Tasks override it per state (`retention`).
+   */
+  retention: RetentionPolicy;
+  /** Lifetime of idempotency keys from their job's creation; a later submission with the key makes a new job. */
+  idempotencyTtlMs: number;
 }
+
+/** What callers give: any setting, retention as written (`'7d'`, ms, `'forever'`). */
+export type ConfigOptions = Partial<Omit<LonghaulConfig, 'retention'>> & { retention?: RetentionInput };
 
 export const DEFAULTS: LonghaulConfig = {
   database: './longhaul.db',
@@ -40,6 +52,8 @@ export const DEFAULTS: LonghaulConfig = {
   pgPoolSize: 10,
   redisUrl: undefined,
   redisPrefix: 'longhaul:',
+  retention: {},
+  idempotencyTtlMs: 86_400_000,
 };
 
 type Env = Record<string, string | undefined>;
@@ -50,6 +64,17 @@ function intFromEnv(env: Env, name: string, min: number): number | undefined {
   const n = Number(raw);
   if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
   return n;
+}
+
+/** A duration (`24h`, `30m`, ms) from the environment, refused by name when malformed. */
+function durationFromEnv(env: Env, name: string): number | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  try {
+    return parseDuration(raw);
+  } catch {
+    throw new Error(`${name} must be a duration such as 24h, 30m or 86400000 (got "${raw}")`);
+  }
 }
 
 /** An empty value means none; anything else must be a redis:// or rediss:// URL. */
@@ -88,12 +113,12 @@ export function checkHeartbeat(intervalMs: number, timeoutMs: number, names = { 
 }
 
 /** Which setting a value came from, for messages: the option when given, else the variable (set, or left at its default). */
-function origin(options: Partial<LonghaulConfig>, key: keyof LonghaulConfig, variable: string, env: Env): string {
+function origin(options: ConfigOptions, key: keyof LonghaulConfig, variable: string, env: Env): string {
   if (options[key] !== undefined) return key;
   return env[variable] !== undefined && env[variable]?.trim() !== '' ? variable : `${variable} (unset: the default)`;
 }
 
-export function resolveConfig(options: Partial<LonghaulConfig>, env: Env = process.env): LonghaulConfig {
+export function resolveConfig(options: ConfigOptions, env: Env = process.env): LonghaulConfig {
   const config = readConfig(options, env);
   checkHeartbeat(config.heartbeatIntervalMs, config.heartbeatTimeoutMs, {
     interval: origin(options, 'heartbeatIntervalMs', 'LONGHAUL_HEARTBEAT_INTERVAL_MS', env),
@@ -102,7 +127,7 @@ export function resolveConfig(options: Partial<LonghaulConfig>, env: Env = proce
   return config;
 }
 
-function readConfig(options: Partial<LonghaulConfig>, env: Env): LonghaulConfig {
+function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
   const stallEnv = intFromEnv(env, 'LONGHAUL_STALL_TIMEOUT_MS', 0);
   return {
     database: options.database ?? env.LONGHAUL_DATABASE_URL ?? DEFAULTS.database,
@@ -118,5 +143,8 @@ function readConfig(options: Partial<LonghaulConfig>, env: Env): LonghaulConfig 
     pgPoolSize: options.pgPoolSize ?? intFromEnv(env, 'LONGHAUL_PG_POOL_SIZE', 1) ?? DEFAULTS.pgPoolSize,
     redisUrl: redisUrl(options.redisUrl !== undefined ? options.redisUrl : env.LONGHAUL_REDIS_URL),
     redisPrefix: options.redisPrefix ?? (env.LONGHAUL_REDIS_PREFIX?.trim() || DEFAULTS.redisPrefix),
+    // Options as parsed policies (ms); each state the options leave out comes from the environment.
+    retention: { ...retentionFromEnv(env), ...parseRetention(options.retention) },
+    idempotencyTtlMs: options.idempotencyTtlMs ?? durationFromEnv(env, 'LONGHAUL_IDEMPOTENCY_TTL') ?? DEFAULTS.idempotencyTtlMs,
   };
 }

@@ -9,7 +9,7 @@ import type { JobFiles, JobFilesOptions } from './blobs/job-files.js';
 import type { StoredResultFile } from './blobs/results.js';
 import { JobBus } from './channel/bus.js';
 import type { Channel } from './channel/channel.js';
-import { checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
+import { type ConfigOptions, checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
 import { BatchItemError, InvalidOptionsError } from './core/errors.js';
 import type { JobSnapshot } from './core/job.js';
 import { isTerminal, type JobState } from './core/states.js';
@@ -19,6 +19,7 @@ import { prepare } from './facade/prepare.js';
 import * as reads from './facade/reads.js';
 import { Schedules } from './facade/schedules.js';
 import { channelReady, defaultChannel, Runtime, type StartWorkerOptions, storeFor, type WorkerHandle } from './facade/runtime.js';
+import { type PurgeFilter, type PurgeOutcome, purgeJobs } from './facade/purge.js';
 import { type BatchItem, type BatchOptions, type SubmitOptions, Submission } from './facade/submission.js';
 import { type WatchContext, type WatchOptions, watchJob } from './facade/watch.js';
 import type { MigrationResult, SnapshotJson, Store } from './store/store.js';
@@ -30,9 +31,10 @@ import { resolveWebhookConfig, type WebhookConfig, type WebhookConfigOptions, WE
 export type { JobStats, ListOptions, PublicTransition, TenantScope, WebhookDelivery } from './facade/reads.js';
 export type { StartWorkerOptions, WorkerHandle } from './facade/runtime.js';
 export type { BatchItem, BatchOptions, SubmitOptions } from './facade/submission.js';
+export type { PurgeFilter, PurgeOutcome } from './facade/purge.js';
 export type { SignalOutcome } from './workflow/signals.js';
 
-export interface OpenOptions extends Partial<LonghaulConfig> {
+export interface OpenOptions extends ConfigOptions {
   /** A SQLite path or a `postgres://` URL (default `./longhaul.db`, or `LONGHAUL_DATABASE_URL`), or a ready Store. */
   database?: string;
   store?: Store;
@@ -326,6 +328,16 @@ export class Longhaul {
   async retry(id: string, scope: reads.TenantScope = {}): Promise<JobSnapshot> {
     this.assertOpen();
     return retryJob(this.controlCtx, id, scope);
+  }
+
+  /**
+   * Erases ended jobs of a tenant or a filter, with their transitions, progress, webhook targets
+   * and delivery logs, signals and result files (data-protection requests). Jobs not ended are
+   * left alone and counted as `skipped`. An unfiltered purge is an InvalidOptionsError.
+   */
+  async purge(filter: PurgeFilter): Promise<PurgeOutcome> {
+    this.assertOpen();
+    return purgeJobs({ store: this.store, eraser: this.runtime.eraser }, filter);
   }
 
   // ---- runtime (facade/runtime.ts) ---------------------------------------------------------

@@ -1,4 +1,4 @@
-/** The CLI commands that talk to a running server over HTTP: submit, status, ls, cancel, retry. */
+/** The CLI commands that talk to a running server over HTTP: submit, status, ls, cancel, retry, purge. */
 import type { Command } from 'commander';
 import { LonghaulApiError, LonghaulClient } from '../client/index.js';
 import type { JobSnapshot } from '../core/job.js';
@@ -174,6 +174,39 @@ export function registerClientCommands(program: Command): void {
       }
     });
   }
+  common(program.command('purge').description("erase a tenant's or a filter's ended jobs and their files (admin API key)"))
+    .option('--tenant <tenant>', "the tenant whose jobs to erase")
+    .option('--state <states>', 'ended states, comma-separated (succeeded, expired, failed, cancelled); default all')
+    .option('--type <type>', 'only jobs of this task type')
+    .option('--before <time>', 'only jobs that ended before this ISO date-time')
+    .option('--yes', 'erase without asking (required: the erasure cannot be undone)')
+    .action(async (flags: ClientFlags & { tenant?: string; state?: string; type?: string; before?: string; yes?: boolean }) => {
+      if (flags.tenant === undefined && flags.type === undefined && flags.before === undefined) {
+        throw new CliError('purge needs a filter: --tenant, --type or --before (an unfiltered purge would erase every tenant)');
+      }
+      if (flags.before !== undefined && !Number.isFinite(Date.parse(flags.before))) throw new CliError(`--before must be an ISO date-time (got "${flags.before}")`);
+      if (!flags.yes) throw new CliError('purge erases jobs for good: add --yes to confirm');
+      const client = clientFrom(flags);
+      const out = await client
+        .purge({
+          ...(flags.tenant === undefined ? {} : { tenant: flags.tenant }),
+          ...(flags.state === undefined ? {} : { state: flags.state }),
+          ...(flags.type === undefined ? {} : { type: flags.type }),
+          ...(flags.before === undefined ? {} : { before: flags.before }),
+        })
+        .catch((err: unknown) => {
+          throw new CliError(describeFailure(err, flags));
+        });
+      if (flags.json) {
+        process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+        return;
+      }
+      const d = out.deleted;
+      process.stdout.write(
+        `deleted ${d.jobs} jobs, ${d.files} files (${d.resultFiles} file records, ${d.progress} progress rows, ${d.webhooks} webhook targets, ${d.deliveries} delivery log entries, ${d.signals} signals)\n`,
+      );
+      if (out.skipped > 0) process.stderr.write(`skipped ${out.skipped} jobs that have not ended: cancel them, then purge again\n`);
+    });
   registerWorkflowCommands(program);
   registerScheduleCommands(program);
 }

@@ -120,6 +120,10 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       app = await buildServer({
         lh,
         apiKeys,
+        adminTenants: (env.LONGHAUL_ADMIN_TENANTS ?? '')
+          .split(',')
+          .map((t) => t.trim())
+          .filter(Boolean),
         maxBodyBytes,
         streamBufferBytes,
         ...(env.LONGHAUL_STREAM_TOKEN_SECRET ? { streamTokenSecret: env.LONGHAUL_STREAM_TOKEN_SECRET } : {}),

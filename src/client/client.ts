@@ -149,6 +149,22 @@ function parseSnapshot(data: string): JobSnapshot | null {
 
 const enc = encodeURIComponent;
 
+/** What `purge` erases: at least one of tenant, type and before. */
+export interface PurgeRequest {
+  tenant?: string;
+  /** Ended states (succeeded, expired, failed, cancelled); default all four. */
+  state?: string | string[];
+  type?: string;
+  /** Only jobs that ended before this time (a Date or an ISO date-time). */
+  before?: Date | string;
+}
+
+/** What a purge removed: rows per table, blobs deleted, and matching jobs left because they have not ended. */
+export interface PurgeResponse {
+  deleted: { jobs: number; files: number; progress: number; resultFiles: number; webhooks: number; deliveries: number; signals: number };
+  skipped: number;
+}
+
 export class LonghaulClient {
   readonly baseUrl: string;
   private readonly fetchFn: FetchLike;
@@ -254,6 +270,20 @@ export class LonghaulClient {
   async retry(id: string, options: RequestOptions = {}): Promise<JobSnapshot> {
     const res = await this.request('POST', `/v1/jobs/${enc(id)}/retry`, { signal: options.signal });
     return parseJson(await res.text()) as JobSnapshot;
+  }
+
+  /**
+   * Erases a tenant's or a filter's ended jobs with their rows and files (admin API key; see
+   * docs/api.md). At least one of tenant, type and before. Jobs not ended are counted as `skipped`.
+   */
+  async purge(filter: PurgeRequest, options: RequestOptions = {}): Promise<PurgeResponse> {
+    const query = new URLSearchParams();
+    if (filter.tenant !== undefined) query.set('tenant', filter.tenant);
+    if (filter.state !== undefined) query.set('state', Array.isArray(filter.state) ? filter.state.join(',') : filter.state);
+    if (filter.type !== undefined) query.set('type', filter.type);
+    if (filter.before !== undefined) query.set('before', filter.before instanceof Date ? filter.before.toISOString() : filter.before);
+    const res = await this.request('DELETE', '/v1/jobs', { query, signal: options.signal });
+    return parseJson(await res.text()) as PurgeResponse;
   }
 
   /** The job's transition log, oldest first. */

@@ -14,6 +14,8 @@ export {
   LonghaulClient,
   type LonghaulClientOptions,
   type PollingOptions,
+  type PurgeRequest,
+  type PurgeResponse,
   type RequestOptions,
   type StreamOptions,
   type StreamTokenRequest,

@@ -2,6 +2,9 @@
  * Runtime wiring: the store and channel a URL asks for, the relay between the bus and the
  * channel, the sweeper, webhook dispatch, workers, signal handling, and the order of shutdown.
  */
+import { deleteJobResults } from '../blobs/results.js';
+import type { RetentionPolicy } from '../core/retention.js';
+import { Eraser } from '../retention/erase.js';
 import type { Logger } from 'pino';
 import { sweepExpiredUploads } from '../blobs/uploads.js';
 import { type BusBridge, connectBus, isRelayed } from '../channel/bridge.js';
@@ -93,7 +96,15 @@ export interface RuntimeContext {
   readonly logger: Logger;
   readonly config: Pick<
     LonghaulConfig,
-    'sweepIntervalMs' | 'cancelDrainMs' | 'heartbeatIntervalMs' | 'heartbeatTimeoutMs' | 'resultTtlMs' | 'concurrency' | 'defaultMaxAttempts' | 'stallTimeoutMs'
+    | 'sweepIntervalMs'
+    | 'cancelDrainMs'
+    | 'heartbeatIntervalMs'
+    | 'heartbeatTimeoutMs'
+    | 'resultTtlMs'
+    | 'concurrency'
+    | 'defaultMaxAttempts'
+    | 'stallTimeoutMs'
+    | 'retention'
   >;
   readonly webhookConfig: WebhookConfig;
   readonly files: LazyFiles;
@@ -120,8 +131,15 @@ export class Runtime {
   /** What ctx.spawn needs of this instance: children are checked like submissions, with the parent's tenant. */
   private readonly workflows: WorkerWorkflows;
 
+  /** Deletes ended jobs with their rows and files: retention passes and purges. */
+  readonly eraser: Eraser;
+
   constructor(private readonly ctx: RuntimeContext) {
     const { channel, store } = ctx;
+    this.eraser = new Eraser({
+      store,
+      deleteFiles: async (id) => deleteJobResults((await ctx.files.open()).blobs, id),
+    });
     this.parents = new ParentTracker({ store, bus: ctx.bus, log: ctx.logger.child({ component: 'workflows' }) });
     this.parents.start();
     this.workflows = {
@@ -162,6 +180,7 @@ export class Runtime {
         const jf = await files.open();
         for (const job of jobs) await jf.deleteJobFiles(store, job.id);
       },
+      retention: async (now) => (await this.eraser.retain(config.retention, this.taskRetention(), now)).jobs,
       maintenance: () => this.dispatchWebhooks(),
       everyPass: async (now) => {
         // Schedules tick in every process, not only in the elected sweeper: each tick is keyed,
@@ -185,11 +204,68 @@ export class Runtime {
       }, 10);
       soon.unref?.();
     });
+    // Retention 0 (delete on completion): a job that ends in this process is deleted at once,
+    // not at the next sweep. Debounced and coalesced like webhook dispatch: a busy worker's ends
+    // are deleted in batches of many (bench/RESULTS.md).
+    const offRetain = this.hasZeroRetention()
+      ? bus.on('job:changed', (e) => {
+          if (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled') return;
+          if (isRelayed(e)) return;
+          this.retainSoon();
+        })
+      : () => {};
     this.dispatchOff = () => {
       off();
+      offRetain();
       if (soon) clearTimeout(soon);
+      if (this.retainTimer) clearTimeout(this.retainTimer);
+      this.retainTimer = null;
     };
     return this.sweeper;
+  }
+
+  private retainTimer: NodeJS.Timeout | null = null;
+  private retaining: Promise<void> | null = null;
+  private retainAgain = false;
+
+  /** True when some end state is deleted on completion (instance-wide or for some task). */
+  private hasZeroRetention(): boolean {
+    const zero = (p: RetentionPolicy) => Object.values(p).some((ms) => ms === 0);
+    return zero(this.ctx.config.retention) || [...this.ctx.tasks.values()].some((t) => zero(t.retention ?? {}));
+  }
+
+  /** A retention pass of the periods that are 0 soon (one at a time, plus one more if asked meanwhile). */
+  private retainSoon(): void {
+    if (this.retaining) {
+      this.retainAgain = true;
+      return;
+    }
+    if (this.retainTimer) return;
+    this.retainTimer = setTimeout(() => {
+      this.retainTimer = null;
+      const zeroOnly = Object.fromEntries(Object.entries(this.ctx.config.retention).filter(([, ms]) => ms === 0)) as RetentionPolicy;
+      this.retaining = (async () => {
+        try {
+          do {
+            this.retainAgain = false;
+            // Every rule retentionRules makes is correct on its own: the instance's other periods are left to the sweeper.
+            await this.eraser.retain(zeroOnly, this.taskRetention(), Date.now());
+          } while (this.retainAgain && !this.isClosed);
+        } catch (err) {
+          this.ctx.logger.error({ err }, 'retention on completion failed');
+        } finally {
+          this.retaining = null;
+        }
+      })();
+    }, 20);
+    this.retainTimer.unref?.();
+  }
+
+  /** The retention overrides of the tasks registered here (a task without one follows the instance's). */
+  private taskRetention(): Map<string, RetentionPolicy> {
+    const out = new Map<string, RetentionPolicy>();
+    for (const [type, task] of this.ctx.tasks) if (task.retention && Object.keys(task.retention).length > 0) out.set(type, task.retention);
+    return out;
   }
 
   /** Enqueues the delivery jobs of pending webhook events (coalesced: one run at a time, plus one more if asked meanwhile). */
@@ -299,6 +375,7 @@ export class Runtime {
     await this.parents.close();
     this.dispatchOff?.();
     await this.dispatching?.catch(() => {});
+    await this.retaining;
     this.isClosed = true;
     this.signalCleanup?.();
     await this.ctx.files.close();

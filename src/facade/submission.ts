@@ -47,7 +47,7 @@ export interface SubmissionContext extends PrepareContext {
   /** Jobs are inserted; webhook targets are saved beside them. */
   readonly store: JobQueueStore & WebhookOutboxStore;
   readonly bus: JobBus;
-  readonly config: PrepareContext['config'] & Pick<LonghaulConfig, 'maxQueued'>;
+  readonly config: PrepareContext['config'] & Pick<LonghaulConfig, 'maxQueued' | 'idempotencyTtlMs'>;
   readonly webhookConfig: WebhookConfig;
 }
 
@@ -60,7 +60,9 @@ export class Submission {
   constructor(private readonly ctx: SubmissionContext) {
     const { store, config } = ctx;
     this.inserts = new Batcher<NewJob, InsertResult>((jobs) =>
-      store.insertJobs(config.maxQueued === undefined ? { jobs } : { jobs, maxBacklog: config.maxQueued }),
+      store.insertJobs(
+        config.maxQueued === undefined ? { jobs, idempotencyTtlMs: config.idempotencyTtlMs } : { jobs, maxBacklog: config.maxQueued, idempotencyTtlMs: config.idempotencyTtlMs },
+      ),
     );
   }
 
@@ -93,7 +95,7 @@ export class Submission {
     try {
       if (options.tx !== undefined) {
         const maxBacklog = config.maxQueued;
-        res = await store.insertJob({ job, tx: options.tx, ...(maxBacklog === undefined ? {} : { maxBacklog }) });
+        res = await store.insertJob({ job, tx: options.tx, idempotencyTtlMs: config.idempotencyTtlMs, ...(maxBacklog === undefined ? {} : { maxBacklog }) });
       } else {
         res = await this.inserts.add(job);
       }
@@ -178,6 +180,7 @@ export class Submission {
     for (const [i, w] of webhooks.entries()) if (w) await store.saveWebhook({ jobId: (prepared[i] as NewJob).id, ...w });
     const results = await store.insertJobs({
       jobs: prepared,
+      idempotencyTtlMs: config.idempotencyTtlMs,
       ...(maxBacklog === undefined ? {} : { maxBacklog }),
       ...(tx === undefined ? {} : { tx }),
     });

@@ -18,6 +18,7 @@ import { type ResultRouteOptions, registerResultRoutes } from './routes/results.
 import { registerStreamRoutes, webSocketSession } from './routes/streams.js';
 import { registerUploadRoutes, type UploadRouteOptions } from './routes/uploads.js';
 import { registerScheduleRoutes } from './routes/schedules.js';
+import { registerPurgeRoutes } from './routes/purge.js';
 import { registerWorkflowRoutes } from './routes/workflow.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
@@ -28,6 +29,8 @@ import { jsonDepth, MAX_JSON_DEPTH } from '../core/limits.js';
 export interface ServerOptions {
   lh: Longhaul;
   apiKeys?: ApiKey[];
+  /** Tenants whose API keys are admin keys (`DELETE /v1/jobs`); see routes/purge.ts. */
+  adminTenants?: readonly string[];
   /** Request body limit in bytes (413 beyond). Default 1 MiB. */
   maxBodyBytes?: number;
   /** HMAC secret for stream tokens; random per process when unset. */
@@ -116,6 +119,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     keepaliveMs: options.keepaliveMs ?? 15_000,
     streamBufferBytes: options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES,
     authEnabled: keys.length > 0,
+    adminTenants: new Set(options.adminTenants ?? []),
     log: app.log,
     streams: new Set(),
     closing: false,
@@ -223,6 +227,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerJobRoutes(app, ctx);
   registerWorkflowRoutes(app, ctx);
   registerScheduleRoutes(app, ctx);
+  registerPurgeRoutes(app, ctx);
   registerStreamRoutes(app, ctx);
   const files = options.files === undefined || options.files === true ? await filesOf(options.lh) : options.files;
   if (files) {

@@ -1,7 +1,8 @@
 /**
- * The storage contract, in five parts: the job queue (JobQueueStore), result files
- * (ResultFileStore), the webhook outbox (WebhookOutboxStore), workflows (WorkflowStore) and
- * schedules (ScheduleStore). Every store (SQLite, PostgreSQL) implements all five as one `Store` on one database, and one contract suite per
+ * The storage contract, in six parts: the job queue (JobQueueStore), result files
+ * (ResultFileStore), the webhook outbox (WebhookOutboxStore), workflows (WorkflowStore),
+ * schedules (ScheduleStore) and retention (RetentionStore). Every store (SQLite, PostgreSQL)
+ * implements all six as one `Store` on one database, and one contract suite per
  * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
@@ -92,6 +93,8 @@ export interface InsertJobParams {
   job: NewJob;
   /** Refuse (kind 'full') when the tenant-independent backlog (pending+queued+retrying) is at least this. */
   maxBacklog?: number;
+  /** Lifetime of idempotency keys: a key held by a job created this long before the new one names a new job (core/retention.ts keyReusable). */
+  idempotencyTtlMs?: number;
   /**
    * Insert on this client, inside the caller's open transaction: the job exists only if that
    * transaction commits. PostgreSQL only: Longhaul refuses the option on other stores.
@@ -285,14 +288,16 @@ export interface StoreNotify {
  *   progress, checkpoint, completion) are refused once the lease has moved on.
  * - `canTransition` from core decides what is legal; a store never applies anything else.
  * - An idempotency key names one job per tenant: the same request finds it again, a different
- *   one is a conflict, and neither inserts a second job.
+ *   one is a conflict, and neither inserts a second job. Once that job failed or was cancelled,
+ *   or the key's lifetime (`idempotencyTtlMs`) is over, the key is taken from it and names the
+ *   new job (core/retention.ts keyReusable).
  */
 export interface JobQueueStore {
   readonly capabilities: StoreCapabilities;
 
   insertJob(params: InsertJobParams): Promise<InsertResult>;
   /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */
-  insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; tx?: SqlTransaction }): Promise<InsertResult[]>;
+  insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number; tx?: SqlTransaction }): Promise<InsertResult[]>;
   getJob(params: GetJobParams): Promise<JobRecord | null>;
   /**
    * Optional fast path for status reads: the snapshot built by the database in the read that
@@ -449,7 +454,6 @@ export interface WorkflowStore {
   countChildren(params: { id: string }): Promise<Record<JobState, number>>;
 }
 
-
 /** Where a tick moved a schedule: the CAS on its nextRunAt, and its last run when the tick submitted one. */
 export interface AdvanceScheduleParams {
   tenant: string;
@@ -459,6 +463,51 @@ export interface AdvanceScheduleParams {
   nextRunAt: number | null;
   lastRun?: { at: number; jobId: string };
   now: number;
+}
+
+/** Ended jobs to delete: retention's rule (core/retention.ts) or a purge's filter. */
+export interface EndedJobFilter {
+  /** Ended states only (succeeded, expired, failed, cancelled); others never match. */
+  states: readonly JobState[];
+  /** Jobs that ended before this time. */
+  finishedBefore?: number;
+  /**
+   * Jobs that ended at or after this time: a deletion that resumes where its previous batch
+   * ended, so that it does not walk again over the index entries of the rows it just deleted
+   * (PostgreSQL keeps them until vacuum, and a walk over them from the start grows with every batch).
+   */
+  finishedFrom?: number;
+  tenant?: string;
+  types?: readonly string[];
+  excludeTypes?: readonly string[];
+}
+
+/** Rows removed by deleteJobs, per table (transitions, checkpoints and the journal are in the job row). */
+export interface DeletedRows {
+  jobs: number;
+  progress: number;
+  resultFiles: number;
+  webhooks: number;
+  deliveries: number;
+  signals: number;
+}
+
+/**
+ * Retention and erasure: deleting ended jobs with every row that belongs to them. Guarantees:
+ * - Only ended jobs are deleted, and never a job that still has children rows: a parent goes
+ *   after its last child (each child on its own clock), so no row ever names a missing parent.
+ * - `deleteJobs` is one short transaction per call; a job that left its ended state since it
+ *   was selected (a manual retry) is kept.
+ * - Nothing here touches blob storage: the caller deletes a job's files first (so a crash in
+ *   between leaves rows whose next deletion deletes the files again, never orphaned files).
+ */
+export interface RetentionStore {
+  /** Ended jobs matching the filter that have no children rows, oldest end first, at most `limit`. */
+  endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>>;
+  /** Jobs of the tenant/type that are not ended (a purge skips and reports them). */
+  countOpenJobs(params: { tenant?: string; type?: string }): Promise<number>;
+  /** Deletes the listed jobs that are ended and childless, with their progress, result file records, webhook target, delivery log and signals. */
+  deleteJobs(params: { ids: readonly string[] }): Promise<DeletedRows>;
 }
 
 /**
@@ -489,10 +538,10 @@ export interface ScheduleStore {
 }
 
 /**
- * A whole store: the five parts in one database, plus what concerns the database as a whole
+ * A whole store: the six parts in one database, plus what concerns the database as a whole
  * (its schema, its connections, readiness). Code that needs one part takes that part's type.
  */
-export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore {
+export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore, RetentionStore {
   /**
    * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
    * the schema version found and the one left (equal when there was nothing to do).

@@ -1,7 +1,7 @@
 /**
  * Periodic maintenance. Each pass: promote due jobs, reap running jobs whose worker stopped
  * heartbeating, request cancellation of jobs past their timeout, force cancels whose drain
- * period ran out, flag stalled jobs, expire old results.
+ * period ran out, flag stalled jobs, expire old results, delete ended jobs past their retention.
  *
  * Safe with several sweepers at once: every action is a compare-and-swap transition, so of
  * two sweepers acting on the same job exactly one wins and the other's write is a no-op.
@@ -29,6 +29,11 @@ export interface SweeperOptions {
    * (so a crash in between leaves a job that the next pass expires again, never orphaned files).
    */
   expireFiles?: (jobs: JobRecord[]) => Promise<void>;
+  /**
+   * Retention: deletes the ended jobs whose retention period is over (src/retention/erase.ts);
+   * resolves to how many jobs it deleted. Runs in the elected sweeper after the other passes.
+   */
+  retention?: (now: number) => Promise<number>;
   /** Runs at the end of every pass of the elected sweeper (webhook events). Its failure is logged, not fatal to the pass. */
   maintenance?: (now: number) => Promise<void>;
   /** Runs at the start of every pass in every process, elected or not (upload expiry: idempotent). */
@@ -45,6 +50,8 @@ export interface SweepReport {
   expired: number;
   /** Parents queued again whose children had ended without it (see workflow/parents.ts). */
   resumed: number;
+  /** Ended jobs deleted by retention. */
+  deleted: number;
 }
 
 export class Sweeper {
@@ -96,7 +103,7 @@ export class Sweeper {
   private async pass(): Promise<SweepReport> {
     const { store } = this.options;
     const now = this.clock();
-    const report: SweepReport = { promoted: 0, reaped: 0, timedOut: 0, forced: 0, stalled: 0, expired: 0, resumed: 0 };
+    const report: SweepReport = { promoted: 0, reaped: 0, timedOut: 0, forced: 0, stalled: 0, expired: 0, resumed: 0, deleted: 0 };
     if (this.options.everyPass) {
       try {
         await this.options.everyPass(now);
@@ -129,6 +136,13 @@ export class Sweeper {
     const expired = await store.sweepCandidates({ kind: 'expired', now, limit: this.batch });
     if (expired.length > 0 && this.options.expireFiles) await this.options.expireFiles(expired);
     report.expired = await this.apply(expired, (job) => expireResult(job, now));
+    if (this.options.retention) {
+      try {
+        report.deleted = await this.options.retention(now);
+      } catch (err) {
+        this.options.logger.error({ err }, 'retention failed');
+      }
+    }
     if (this.options.maintenance) {
       try {
         await this.options.maintenance(now);

@@ -1,4 +1,5 @@
 /** `defineTask`: how users declare a task type, its policies and its handler. */
+import { parseRetention, type RetentionInput, type RetentionPolicy } from '../core/retention.js';
 import type { Logger } from 'pino';
 import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
 import { type BackoffPolicy, DEFAULT_BACKOFF } from '../core/backoff.js';
@@ -106,6 +107,12 @@ export interface TaskOptions<S extends InputSchema | undefined = undefined, R = 
   checkpointVersion?: number;
   /** How long a result is kept after success. Default 7 days. */
   resultTtlMs?: number;
+  /**
+   * How long this task's ended jobs are kept, per end state, before the sweeper deletes them with
+   * everything they own (`{ succeeded: '7d', failed: '30d', cancelled: '7d' }`; `0` deletes on
+   * completion, `'forever'` keeps). A state not given follows the instance's `retention`.
+   */
+  retention?: RetentionInput;
   heartbeatIntervalMs?: number;
   heartbeatTimeoutMs?: number;
   /** Flag a running job as stalled when its progress has not moved for this long. null disables. */
@@ -131,6 +138,8 @@ export interface Task<R = unknown> {
   readonly concurrency: number | undefined;
   readonly checkpointVersion: number;
   readonly resultTtlMs: number | undefined;
+  /** Parsed `retention` (ms per end state; null keeps forever). */
+  readonly retention: RetentionPolicy;
   readonly heartbeatIntervalMs: number | undefined;
   readonly heartbeatTimeoutMs: number | undefined;
   readonly stallTimeoutMs: number | null | undefined;
@@ -192,6 +201,12 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
     if (typeof options.input !== 'object' || options.input === null) throw new TypeError(`task "${type}": input must be a Standard Schema or a JSON Schema object`);
     if (!isStandardSchema(options.input)) compileJsonSchema(options.input); // fail fast on a broken JSON Schema
   }
+  let retention: RetentionPolicy;
+  try {
+    retention = parseRetention(options.retention);
+  } catch (err) {
+    throw new TypeError(`task "${type}": ${(err as Error).message}`);
+  }
   return Object.freeze({
     [TASK_BRAND]: true as const,
     type,
@@ -203,6 +218,7 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
     concurrency: options.concurrency,
     checkpointVersion: options.checkpointVersion ?? 1,
     resultTtlMs: options.resultTtlMs,
+    retention,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
     heartbeatTimeoutMs: options.heartbeatTimeoutMs,
     stallTimeoutMs: options.stallTimeoutMs,

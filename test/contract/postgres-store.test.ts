@@ -30,6 +30,7 @@ import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
+import { runRetentionContract } from './store-contract/retention.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
@@ -53,6 +54,7 @@ runResultFileContract(`postgres (${db.source})`, () => openStore());
 runWebhookOutboxContract(`postgres (${db.source})`, () => openStore());
 runWorkflowContract(`postgres (${db.source})`, () => openStore());
 runScheduleContract(`postgres (${db.source})`, () => openStore());
+runRetentionContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 

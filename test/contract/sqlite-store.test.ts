@@ -17,6 +17,7 @@ import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
+import { runRetentionContract } from './store-contract/retention.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -42,6 +43,7 @@ runResultFileContract('sqlite (file)', () => openStore());
 runWebhookOutboxContract('sqlite (file)', () => openStore());
 runWorkflowContract('sqlite (file)', () => openStore());
 runScheduleContract('sqlite (file)', () => openStore());
+runRetentionContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];

@@ -45,6 +45,7 @@ import {
   type Store,
   type SweepParams,
   type ScheduleStore,
+  type RetentionStore,
   type WorkflowStore,
   type TransitionParams,
   type WebhookDeliveryEntry,
@@ -56,6 +57,8 @@ import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.
 import { checkTransition, encodeTransitions } from './transitions.js';
 import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
+import { PgRetentionOps } from './retention-ops.js';
+import { keyReusable } from '../../core/retention.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
@@ -163,6 +166,7 @@ export class PostgresStore implements Store {
   private readonly sql: ReturnType<PostgresStore['statements']>;
   private readonly workflow: PgWorkflowOps;
   private readonly schedules: PgScheduleOps;
+  private readonly retention: PgRetentionOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -191,6 +195,7 @@ export class PostgresStore implements Store {
     const host = { pool: this.pool, s: this.s, inTransaction: this.inTransaction.bind(this) };
     this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, undefined, client) });
     this.schedules = new PgScheduleOps(this.pool, this.s);
+    this.retention = new PgRetentionOps(this.pool, this.s);
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -357,19 +362,21 @@ export class PostgresStore implements Store {
 
   async insertJob(params: InsertJobParams): Promise<InsertResult> {
     const client = params.tx === undefined ? undefined : transactionClient(params.tx);
-    const [result] = await this.insertMany([params.job], params.maxBacklog, client);
+    const [result] = await this.insertMany([params.job], params.maxBacklog, client, params.idempotencyTtlMs);
     return result as InsertResult;
   }
 
-  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; tx?: SqlTransaction }): Promise<InsertResult[]> {
+  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number; tx?: SqlTransaction }): Promise<InsertResult[]> {
     const client = params.tx === undefined ? undefined : transactionClient(params.tx);
     if (params.jobs.length === 0) return [];
-    return this.insertMany(params.jobs, params.maxBacklog, client);
+    return this.insertMany(params.jobs, params.maxBacklog, client, params.idempotencyTtlMs);
   }
 
-  private async insertMany(jobs: NewJob[], maxBacklog: number | undefined, client: Client | undefined): Promise<InsertResult[]> {
+  private async insertMany(jobs: NewJob[], maxBacklog: number | undefined, client: Client | undefined, idempotencyTtlMs?: number): Promise<InsertResult[]> {
     if (jobs.some((j) => j.idempotencyKey !== null)) {
-      return client ? this.insertKeyed(jobs, maxBacklog, client) : this.inTransaction((c) => this.insertKeyed(jobs, maxBacklog, c));
+      return client
+        ? this.insertKeyed(jobs, maxBacklog, client, idempotencyTtlMs)
+        : this.inTransaction((c) => this.insertKeyed(jobs, maxBacklog, c, idempotencyTtlMs));
     }
     // No idempotency keys: one statement inserts the jobs that fit under the backlog limit.
     const json = JSON.stringify(jobs.map((j, i) => jobJson(j, i + 1)));
@@ -386,7 +393,7 @@ export class PostgresStore implements Store {
    * concurrent transaction inserted first (ON CONFLICT DO NOTHING) is read back and answered
    * as existing/conflict too.
    */
-  private async insertKeyed(jobs: NewJob[], maxBacklog: number | undefined, client: Client): Promise<InsertResult[]> {
+  private async insertKeyed(jobs: NewJob[], maxBacklog: number | undefined, client: Client, idempotencyTtlMs?: number): Promise<InsertResult[]> {
     const keyOf = (tenant: string, key: string) => `${tenant}\u0000${key}`;
     const keyed = jobs.filter((j) => j.idempotencyKey !== null);
     const readKeys = async (list: NewJob[]) => {
@@ -400,6 +407,19 @@ export class PostgresStore implements Store {
       return found;
     };
     const stored = await readKeys(keyed);
+    // Keys whose job failed, was cancelled or outlived the key's lifetime move to the new job:
+    // the old job keeps its row without a key (a concurrent transaction doing the same finds the
+    // key free too, and then one insert wins ON CONFLICT and the other answers with its job).
+    const released: string[] = [];
+    for (const job of keyed) {
+      const k = keyOf(job.tenant, job.idempotencyKey as string);
+      const held = stored.get(k);
+      if (held && keyReusable(held.job, job.createdAt, idempotencyTtlMs)) {
+        released.push(held.job.id);
+        stored.delete(k);
+      }
+    }
+    if (released.length > 0) await client.query(`UPDATE ${this.s}.jobs SET idempotency_key = NULL WHERE id = ANY($1::uuid[])`, [released]);
     let backlog = 0;
     if (maxBacklog !== undefined) {
       const [row] = await this.rows('backlog', this.sql.backlog, [Math.max(0, Math.floor(maxBacklog))], client);
@@ -681,6 +701,11 @@ export class PostgresStore implements Store {
   recordScheduleRun: ScheduleStore['recordScheduleRun'] = (p) => this.schedules.recordScheduleRun(p);
   dueSchedules: ScheduleStore['dueSchedules'] = (p) => this.schedules.dueSchedules(p);
   advanceSchedule: ScheduleStore['advanceSchedule'] = (p) => this.schedules.advanceSchedule(p);
+  // ---- retention (RetentionStore): retention-ops.ts -----------------------------------------------
+
+  endedJobs: RetentionStore['endedJobs'] = (p) => this.retention.endedJobs(p);
+  countOpenJobs: RetentionStore['countOpenJobs'] = (p) => this.retention.countOpenJobs(p);
+  deleteJobs: RetentionStore['deleteJobs'] = (p) => this.retention.deleteJobs(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
 

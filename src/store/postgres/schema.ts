@@ -497,4 +497,11 @@ export const MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX schedules_due ON {s}.schedules (next_run_at) WHERE NOT paused AND next_run_at IS NOT NULL;
   `,
+  // 5: retention: ended jobs by state and end time (the sweeper's deletion scan), signals by job
+  // (deleted with their job). Partial on ended states: claims and transitions between open
+  // states never touch it.
+  `
+  CREATE INDEX jobs_ended ON {s}.jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
+  CREATE INDEX job_signals_job ON {s}.job_signals (job_id);
+  `,
 ];

@@ -148,4 +148,11 @@ export const MIGRATIONS: readonly string[] = [
   ) WITHOUT ROWID;
   CREATE INDEX schedules_due ON schedules (next_run_at) WHERE paused = 0 AND next_run_at IS NOT NULL;
   `,
+  // 5: retention: ended jobs by state and end time (the sweeper's deletion scan), signals by job
+  // (deleted with their job). Partial on ended states: claims and transitions between open
+  // states never touch it.
+  `
+  CREATE INDEX jobs_ended ON jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
+  CREATE INDEX job_signals_job ON job_signals (job_id);
+  `,
 ];

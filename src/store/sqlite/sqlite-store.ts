@@ -42,6 +42,7 @@ import {
   type SnapshotJson,
   type Store,
   type ScheduleStore,
+  type RetentionStore,
   type WorkflowStore,
   type SweepParams,
   type TransitionParams,
@@ -58,6 +59,8 @@ import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './
 import { checkTransition, Transitions } from './transitions.js';
 import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
+import { SqliteRetentionOps } from './retention-ops.js';
+import { keyReusable } from '../../core/retention.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -160,6 +163,7 @@ export class SqliteStore implements Store {
   private readonly transitions: Transitions;
   private readonly workflow: SqliteWorkflowOps;
   private readonly schedules: SqliteScheduleOps;
+  private readonly retention: SqliteRetentionOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -203,6 +207,7 @@ export class SqliteStore implements Store {
     this.transitions = new Transitions(this.db);
     this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
     this.schedules = new SqliteScheduleOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
   /** A cached prepared statement; SQL shapes that vary are cached per shape. */
@@ -310,14 +315,17 @@ export class SqliteStore implements Store {
 
   // ---- submit -------------------------------------------------------------------------
 
-  private insertOne(job: NewJob, maxBacklog: number | undefined): InsertResult {
+  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number): InsertResult {
     if (job.idempotencyKey !== null) {
       const existing = this.arrayStmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(
         job.tenant,
         job.idempotencyKey,
       ) as unknown as [string, string | null] | undefined;
       if (existing) {
-        return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: jobFromJson(existing[0]) };
+        const held = jobFromJson(existing[0]);
+        if (!keyReusable(held, job.createdAt, idempotencyTtlMs)) return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: held };
+        // The key moves to the new job (the old one keeps its row, without a key): one statement of this transaction.
+        this.stmt('UPDATE jobs SET idempotency_key = NULL WHERE id = ?').run(held.id);
       }
     }
     if (maxBacklog !== undefined) {
@@ -333,11 +341,11 @@ export class SqliteStore implements Store {
   }
 
   async insertJob(params: InsertJobParams): Promise<InsertResult> {
-    return this.write(() => this.insertOne(params.job, params.maxBacklog));
+    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs));
   }
 
-  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number }): Promise<InsertResult[]> {
-    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog)), params.jobs.length);
+  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number }): Promise<InsertResult[]> {
+    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs)), params.jobs.length);
   }
 
   // ---- reads --------------------------------------------------------------------------
@@ -661,6 +669,11 @@ export class SqliteStore implements Store {
   recordScheduleRun: ScheduleStore['recordScheduleRun'] = (p) => this.schedules.recordScheduleRun(p);
   dueSchedules: ScheduleStore['dueSchedules'] = (p) => this.schedules.dueSchedules(p);
   advanceSchedule: ScheduleStore['advanceSchedule'] = (p) => this.schedules.advanceSchedule(p);
+  // ---- retention (RetentionStore): retention-ops.ts -----------------------------------------------
+
+  endedJobs: RetentionStore['endedJobs'] = (p) => this.retention.endedJobs(p);
+  countOpenJobs: RetentionStore['countOpenJobs'] = (p) => this.retention.countOpenJobs(p);
+  deleteJobs: RetentionStore['deleteJobs'] = (p) => this.retention.deleteJobs(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
 
