@@ -31,23 +31,6 @@ import type {
   WaitOptions,
 } from './options.js';
 
-export type {
-  FetchLike,
-  GetResult,
-  ListFilters,
-  LonghaulClientOptions,
-  PollingOptions,
-  PurgeRequest,
-  PurgeResponse,
-  RequestOptions,
-  StreamOptions,
-  StreamTokenRequest,
-  StreamTuning,
-  SubmitOptions,
-  SubmitResult,
-  WaitOptions,
-} from './options.js';
-
 const DEFAULT_POLLING: Required<PollingOptions> = { initialMs: 1000, maxMs: 10_000, minMs: 50 };
 const DEFAULT_STREAM: Required<StreamTuning> = { retryMs: 2000, fallbackDrops: 3, fallbackWindowMs: 30_000 };
 /** Answers to a reconnect that mean "try again later" rather than "stop". */

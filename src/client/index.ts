@@ -7,24 +7,23 @@ export type { FieldIssue as FieldError, JobError } from '../core/errors.js';
 export type { JobSnapshot, Priority } from '../core/job.js';
 export type { Progress } from '../core/progress.js';
 export { isTerminal, JOB_STATES, type JobState, TERMINAL_STATES } from '../core/states.js';
-export {
-  type FetchLike,
-  type GetResult,
-  type ListFilters,
-  LonghaulClient,
-  type LonghaulClientOptions,
-  type PollingOptions,
-  type PurgeRequest,
-  type PurgeResponse,
-  type RequestOptions,
-  type StreamOptions,
-  type StreamTokenRequest,
-  type StreamTuning,
-  type SubmitOptions,
-  type SubmitResult,
-  snapshotKey,
-  type WaitOptions,
-} from './client.js';
+export { LonghaulClient, snapshotKey } from './client.js';
+export type {
+  FetchLike,
+  GetResult,
+  ListFilters,
+  LonghaulClientOptions,
+  PollingOptions,
+  PurgeRequest,
+  PurgeResponse,
+  RequestOptions,
+  StreamOptions,
+  StreamTokenRequest,
+  StreamTuning,
+  SubmitOptions,
+  SubmitResult,
+  WaitOptions,
+} from './options.js';
 export type { BatchJob, BatchOptions, BatchResult, SignalResult } from './requests.js';
 export { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
 export { parseSse, readSse, type SseComment, type SseEvent, type SseItem, SseParser, type SseRetry } from './sse.js';

@@ -4,7 +4,7 @@
  */
 import type { JobSnapshot } from '../core/job.js';
 import { idempotencyKeyProblem } from '../core/limits.js';
-import type { RequestOptions, SubmitOptions } from './client.js';
+import type { RequestOptions, SubmitOptions } from './options.js';
 
 /** One job of a batch: what `submit()` takes (an idempotency key belongs to the batch, not to its jobs). */
 export interface BatchJob {
