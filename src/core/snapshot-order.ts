@@ -30,6 +30,25 @@ export function nextInOrder(prev: JobSnapshot | undefined, next: JobSnapshot): J
   const seen = prev.progress.updatedAt;
   if (seen && next.attempts === prev.attempts && next.status !== 'succeeded' && (!next.progress.updatedAt || next.progress.updatedAt < seen)) {
     out = { ...next, progress: prev.progress };
+  } else if (stepsBackWhileWaiting(prev, next)) {
+    out = { ...next, progress: prev.progress };
   }
   return snapshotKey(out) === snapshotKey(prev) ? null : out;
+}
+
+/**
+ * A waiting parent's progress is its children's (workflow/parents.ts): every process that runs
+ * children publishes what it sees, the children ended (from the store) plus the percent of the
+ * running ones it runs itself, so two processes' figures interleave. What ended never un-ends:
+ * a stream keeps the highest figure while the parent waits.
+ */
+function stepsBackWhileWaiting(prev: JobSnapshot, next: JobSnapshot): boolean {
+  return (
+    prev.status === 'waiting' &&
+    next.status === 'waiting' &&
+    next.attempts === prev.attempts &&
+    prev.progress.stage === 'children' &&
+    next.progress.stage === 'children' &&
+    (next.progress.percent ?? 0) < (prev.progress.percent ?? 0)
+  );
 }

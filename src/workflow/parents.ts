@@ -12,7 +12,9 @@
  *   takes) on this process's bus, and from there on every channel.
  *
  * Only this process's own events count (not those relayed from others): each child's end is
- * seen once, by the process that wrote it.
+ * seen once, by the process that wrote it. Each process publishes what it sees (the ended count
+ * from the store, the running children it runs itself), so with several worker processes the
+ * figures interleave; streams keep the highest while the parent waits (core/snapshot-order.ts).
  */
 import type { Logger } from 'pino';
 import { isRelayed } from '../channel/bridge.js';

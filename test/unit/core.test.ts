@@ -750,4 +750,17 @@ describe('nextInOrder: what a stream sends after the last snapshot it sent', () 
     assert.equal((nextInOrder(first, later) as JobSnapshot | null)?.progress.percent, 40);
     assert.equal(nextInOrder(later, { ...later }), null, 'the same read twice is still sent once');
   });
+
+  it("a waiting parent's aggregate never steps back (two worker processes publish what each sees)", () => {
+    const children = (percent: number, progressAt: number) => {
+      const s = snap({ status: 'waiting', updated: 0, percent, progressAt });
+      return { ...s, progress: { ...s.progress, stage: 'children' } };
+    };
+    const fromA = children(12.99, 100);
+    assert.equal(nextInOrder(fromA, children(12.79, 110)), null, 'a lower figure from another process is not sent');
+    assert.equal((nextInOrder(fromA, children(33.09, 120)) as JobSnapshot).progress.percent, 33.09);
+    // Once it runs again its own progress counts, lower or not.
+    const resumed = snap({ status: 'running', updated: 10, percent: 5, progressAt: 130 });
+    assert.equal((nextInOrder(fromA, resumed) as JobSnapshot).progress.percent, 5);
+  });
 });
