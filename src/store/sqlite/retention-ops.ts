@@ -5,6 +5,7 @@
  */
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import type { DeletedRows, EndedJobFilter } from '../store.js';
+import { statementCache } from './sql.js';
 
 /** The store's IMMEDIATE transaction (`rows`: about how many rows it writes, for the checkpointer). */
 type Write = <T>(fn: () => T, rows?: number) => T;
@@ -22,20 +23,14 @@ const DEPENDENTS: ReadonlyArray<[keyof DeletedRows, string]> = [
 ];
 
 export class SqliteRetentionOps {
-  private readonly statements = new Map<string, StatementSync>();
+  /** The store's statement cache (same connection). */
+  private readonly stmt: (sql: string) => StatementSync;
 
   constructor(
-    private readonly db: DatabaseSync,
+    db: DatabaseSync,
     private readonly write: Write,
-  ) {}
-
-  private stmt(sql: string): StatementSync {
-    let s = this.statements.get(sql);
-    if (!s) {
-      s = this.db.prepare(sql);
-      this.statements.set(sql, s);
-    }
-    return s;
+  ) {
+    this.stmt = statementCache(db);
   }
 
   async endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>> {

@@ -8,6 +8,7 @@ import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import type { ScheduleRecord } from '../../core/schedule.js';
 import { parseJson } from '../job-row.js';
 import type { ScheduleStore } from '../store.js';
+import { statementCache } from './sql.js';
 
 type Write = <T>(fn: () => T, rows?: number) => T;
 
@@ -72,20 +73,14 @@ function values(s: ScheduleRecord): Array<string | number | null> {
 }
 
 export class SqliteScheduleOps implements ScheduleStore {
-  private readonly statements = new Map<string, StatementSync>();
+  /** The store's statement cache (same connection). */
+  private readonly stmt: (sql: string) => StatementSync;
 
   constructor(
-    private readonly db: DatabaseSync,
+    db: DatabaseSync,
     private readonly write: Write,
-  ) {}
-
-  private stmt(sql: string): StatementSync {
-    let s = this.statements.get(sql);
-    if (!s) {
-      s = this.db.prepare(sql);
-      this.statements.set(sql, s);
-    }
-    return s;
+  ) {
+    this.stmt = statementCache(db);
   }
 
   async insertSchedule(params: { schedule: ScheduleRecord }): Promise<boolean> {

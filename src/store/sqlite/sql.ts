@@ -57,3 +57,16 @@ export function arrays(stmt: StatementSync): StatementSync {
   stmt.setReturnArrays(true);
   return stmt;
 }
+
+/** A cached prepared statement per SQL text, on one connection (the store and its ops modules share one). */
+export function statementCache(db: DatabaseSync): (sql: string) => StatementSync {
+  const statements = new Map<string, StatementSync>();
+  return (sql) => {
+    let s = statements.get(sql);
+    if (!s) {
+      s = db.prepare(sql);
+      statements.set(sql, s);
+    }
+    return s;
+  };
+}

@@ -55,7 +55,7 @@ import { WalCheckpointer } from './checkpointer.js';
 import { jobFromJson, jobJson, jobsFromRows, queueOrder } from './rows.js';
 import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
-import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
+import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT, statementCache } from './sql.js';
 import { checkTransition, Transitions } from './transitions.js';
 import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
@@ -156,7 +156,8 @@ export const PENDING_WEBHOOKS_SQL = `SELECT j.id, j.tenant, j.state, j.finished_
 export class SqliteStore implements Store {
   readonly capabilities: StoreCapabilities = { transactionalEnqueue: false, claimDepth: 1, notify: null };
   readonly db: DatabaseSync;
-  private readonly statements = new Map<string, StatementSync>();
+  /** A cached prepared statement; SQL shapes that vary are cached per shape. */
+  private readonly stmt: (sql: string) => StatementSync;
   private readonly arrayStatements = new Map<string, StatementSync>();
   /** Status-poll snapshots by job id, re-sent while their version is current (see snapshot-json.ts). */
   private readonly snapshots = new SnapshotCache();
@@ -175,6 +176,7 @@ export class SqliteStore implements Store {
 
   constructor(readonly options: SqliteStoreOptions) {
     this.db = openDatabase(options.path);
+    this.stmt = statementCache(this.db);
     const file = options.path !== ':memory:';
     this.db.exec(`PRAGMA busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
     if (file) {
@@ -210,15 +212,6 @@ export class SqliteStore implements Store {
     this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
-  /** A cached prepared statement; SQL shapes that vary are cached per shape. */
-  private stmt(sql: string): StatementSync {
-    let s = this.statements.get(sql);
-    if (!s) {
-      s = this.db.prepare(sql);
-      this.statements.set(sql, s);
-    }
-    return s;
-  }
 
   /** A cached statement whose rows come as arrays (job rows: `[json]`, see rows.ts). */
   private arrayStmt(sql: string): StatementSync {

@@ -11,7 +11,7 @@ import type { WorkflowState } from '../../core/workflow.js';
 import { parseJson } from '../job-row.js';
 import type { InsertResult, LeaseRef, NewJob, ResumedJob, SignalResult, SuspendParams, SuspendResult, TransitionParams } from '../store.js';
 import { checkSuspend } from '../suspend-check.js';
-import { arrays } from './sql.js';
+import { arrays, statementCache } from './sql.js';
 import type { Transitions } from './transitions.js';
 
 /** States in which a child still counts as open: its parent waits for it. */
@@ -45,23 +45,17 @@ export const STRANDED_PARENTS_SQL = `
   ) WHERE reason IS NOT NULL LIMIT ?`;
 
 export class SqliteWorkflowOps {
-  private readonly statements = new Map<string, StatementSync>();
+  /** The store's statement cache (same connection). */
+  private readonly stmt: (sql: string) => StatementSync;
 
   constructor(
-    private readonly db: DatabaseSync,
+    db: DatabaseSync,
     private readonly transitions: Transitions,
     private readonly write: Write,
     /** The store's insert of one job (idempotency keys honoured; no backlog limit for children). */
     private readonly insert: (job: NewJob) => InsertResult,
-  ) {}
-
-  private stmt(sql: string): StatementSync {
-    let s = this.statements.get(sql);
-    if (!s) {
-      s = this.db.prepare(sql);
-      this.statements.set(sql, s);
-    }
-    return s;
+  ) {
+    this.stmt = statementCache(db);
   }
 
   async suspend(params: SuspendParams): Promise<SuspendResult> {
