@@ -3,14 +3,17 @@
  * (ResultFileStore), the webhook outbox (WebhookOutboxStore), workflows (WorkflowStore),
  * schedules (ScheduleStore) and retention (RetentionStore). Every store (SQLite, PostgreSQL)
  * implements all six as one `Store` on one database, and one contract suite per
- * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it.
+ * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it;
+ * the workflow, schedule and retention parts are in workflow-store.ts, schedule-store.ts and
+ * retention-store.ts, re-exported here.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
 import type { JobState } from '../core/states.js';
-import type { JobIdentity, TransitionParams } from '../core/transitions.js';
-import type { ScheduleRecord } from '../core/schedule.js';
-import type { WaitCondition, WorkflowState } from '../core/workflow.js';
+import type { TransitionParams } from '../core/transitions.js';
+import type { RetentionStore } from './retention-store.js';
+import type { ScheduleStore } from './schedule-store.js';
+import type { WorkflowStore } from './workflow-store.js';
 import type { Pool } from 'pg';
 import type { ListenConnection } from '../postgres/listen-connection.js';
 
@@ -388,154 +391,9 @@ export interface WebhookOutboxStore {
 }
 
 
-/** A running job's suspension: its transition to waiting, and what it waits for. */
-export interface SuspendParams {
-  /** running → waiting under the lease (core/transitions.ts `suspend`), its runAt the wake-up time or NEVER. */
-  write: TransitionParams;
-  wait: WaitCondition;
-  /** The job's journal after this wait (replaces the stored one). */
-  workflow: WorkflowState;
-  /** Children inserted in the same transaction (wait kind 'children'); each has `parentId` = the job. */
-  children?: NewJob[];
-}
-
-export type SuspendResult =
-  /** The job is waiting (children inserted, journal saved). */
-  | { kind: 'suspended' }
-  /**
-   * A signal wait found the signal already sent: it is consumed by this wait (`wait.key`), the
-   * journal is saved, and the job stays running; `payload` is the signal's body.
-   */
-  | { kind: 'signalled'; payload: unknown }
-  /** The lease moved on (or the job is not running): nothing changed. */
-  | { kind: 'lost' };
-
-/** A waiting job the store queued again, for the caller to announce (`job:changed` waiting → queued). */
-export interface ResumedJob extends JobIdentity {
-  reason: string;
-}
-
-export type SignalResult =
-  | { kind: 'not-found' }
-  /** The job is terminal: the signal is refused and not stored. */
-  | { kind: 'ended'; state: JobState }
-  /** Stored; `resumed` when it woke the job (waiting for this signal), else buffered for its next wait. */
-  | { kind: 'accepted'; job: JobIdentity; resumed: boolean; reason: string };
-
-/**
- * Workflows (core/workflow.ts): suspending a running job, waking it again, signals and children.
- * Guarantees:
- * - `suspend` is one transaction: the CAS running → waiting under the lease, the wait, the
- *   journal and the children; a crash leaves all of it or none.
- * - A waiting job is queued again exactly once per wake-up: when its runAt is due (promoted like
- *   pending and retrying jobs, reason 'wait over'), when the signal it waits for arrives
- *   (`sendSignal`), or when its children are done (`resumeParents`, reason 'children done', or
- *   'child failed' for a failFast wait). Every resumption appends one log entry.
- * - A signal is never lost: one sent while the job is not waiting for it is kept and consumed,
- *   oldest first, by the next wait for that name. Each signal is consumed by one wait at most.
- */
-export interface WorkflowStore {
-  suspend(params: SuspendParams): Promise<SuspendResult>;
-  /** Saves the journal of a running job under its lease (a stage's output, a saga step); false when the lease is gone. */
-  saveWorkflow(params: LeaseRef & { workflow: WorkflowState; now: number }): Promise<boolean>;
-  /**
-   * Queues again each listed parent that waits for its children and whose children are now all
-   * terminal, or (failFast wait, `childFailed`) one of whose children just failed or was
-   * cancelled. Called after children end; a parent not in that case is left alone.
-   */
-  resumeParents(params: { parents: ReadonlyArray<{ id: string; childFailed: boolean }>; at: number }): Promise<ResumedJob[]>;
-  /** The same for every parent in that case, at most `limit` (the sweeper's backstop after a crash between a child's end and its resumeParents). */
-  resumeStrandedParents(params: { at: number; limit: number }): Promise<ResumedJob[]>;
-  /** Stores a signal for the job and wakes it when it waits for that name. */
-  sendSignal(params: { id: string; tenant?: string; name: string; payload: unknown; at: number }): Promise<SignalResult>;
-  /** The signal consumed by the wait `key` of job `id`; null when none was. */
-  consumedSignal(params: { id: string; key: string }): Promise<{ payload: unknown } | null>;
-  /** The job's children counted by state (every state present, 0 when none). */
-  countChildren(params: { id: string }): Promise<Record<JobState, number>>;
-}
-
-/** Where a tick moved a schedule: the CAS on its nextRunAt, and its last run when the tick submitted one. */
-export interface AdvanceScheduleParams {
-  tenant: string;
-  name: string;
-  /** The nextRunAt the caller read: the write applies only while it is still the stored one. */
-  expectedNextRunAt: number;
-  nextRunAt: number | null;
-  lastRun?: { at: number; jobId: string };
-  now: number;
-}
-
-/** Ended jobs to delete: retention's rule (core/retention.ts) or a purge's filter. */
-export interface EndedJobFilter {
-  /** Ended states only (succeeded, expired, failed, cancelled); others never match. */
-  states: readonly JobState[];
-  /** Jobs that ended before this time. */
-  finishedBefore?: number;
-  /**
-   * Jobs that ended at or after this time: a deletion that resumes where its previous batch
-   * ended, so that it does not walk again over the index entries of the rows it just deleted
-   * (PostgreSQL keeps them until vacuum, and a walk over them from the start grows with every batch).
-   */
-  finishedFrom?: number;
-  tenant?: string;
-  types?: readonly string[];
-  excludeTypes?: readonly string[];
-}
-
-/** Rows removed by deleteJobs, per table (transitions, checkpoints and the journal are in the job row). */
-export interface DeletedRows {
-  jobs: number;
-  progress: number;
-  resultFiles: number;
-  webhooks: number;
-  deliveries: number;
-  signals: number;
-}
-
-/**
- * Retention and erasure: deleting ended jobs with every row that belongs to them. Guarantees:
- * - Only ended jobs are deleted, and never a job that still has children rows: a parent goes
- *   after its last child (each child on its own clock), so no row ever names a missing parent.
- * - `deleteJobs` is one short transaction per call; a job that left its ended state since it
- *   was selected (a manual retry) is kept.
- * - Nothing here touches blob storage: the caller deletes a job's files first (so a crash in
- *   between leaves rows whose next deletion deletes the files again, never orphaned files).
- */
-export interface RetentionStore {
-  /** Ended jobs matching the filter that have no children rows, oldest end first, at most `limit`. */
-  endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>>;
-  /** Jobs of the tenant/type that are not ended (a purge skips and reports them). */
-  countOpenJobs(params: { tenant?: string; type?: string }): Promise<number>;
-  /** Deletes the listed jobs that are ended and childless, with their progress, result file records, webhook target, delivery log and signals. */
-  deleteJobs(params: { ids: readonly string[] }): Promise<DeletedRows>;
-}
-
-/**
- * Schedules (cron, core/schedule.ts): one row per (tenant, name). Guarantees:
- * - `insertSchedule` never replaces: of two creations of one name, one wins.
- * - `advanceSchedule` is a compare-and-swap on nextRunAt: of several processes handling the same
- *   tick, one moves the schedule on; the others learn they lost (the job a tick submits is keyed
- *   by its time, so a loser's submission found the winner's job instead of adding one).
- * - `replaceSchedule` writes a whole record (an update, a declared schedule at start); a tick in
- *   flight then loses its CAS when nextRunAt changed.
- */
-export interface ScheduleStore {
-  /** False when the name is taken in that tenant. */
-  insertSchedule(params: { schedule: ScheduleRecord }): Promise<boolean>;
-  /** Inserts or overwrites the schedule of that (tenant, name). */
-  replaceSchedule(params: { schedule: ScheduleRecord }): Promise<void>;
-  getSchedule(params: { tenant: string; name: string }): Promise<ScheduleRecord | null>;
-  /** In name order; every tenant's when `tenant` is absent. */
-  listSchedules(params: { tenant?: string; limit: number }): Promise<ScheduleRecord[]>;
-  deleteSchedule(params: { tenant: string; name: string }): Promise<boolean>;
-  /** Sets paused; when `nextRunAt` is given (a resume) it is written too. Null when absent. */
-  setSchedulePaused(params: { tenant: string; name: string; paused: boolean; nextRunAt?: number | null; now: number }): Promise<ScheduleRecord | null>;
-  /** Records a run submitted outside the tick (trigger now) as the last run. */
-  recordScheduleRun(params: { tenant: string; name: string; at: number; jobId: string }): Promise<void>;
-  /** Schedules not paused whose nextRunAt is at or before `now`, at most `limit`, earliest first. */
-  dueSchedules(params: { now: number; limit: number }): Promise<ScheduleRecord[]>;
-  advanceSchedule(params: AdvanceScheduleParams): Promise<boolean>;
-}
+export type * from './retention-store.js';
+export type * from './schedule-store.js';
+export type * from './workflow-store.js';
 
 /**
  * A whole store: the six parts in one database, plus what concerns the database as a whole
