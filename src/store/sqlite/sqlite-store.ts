@@ -178,10 +178,11 @@ export class SqliteStore implements Store {
     this.db = openDatabase(options.path);
     this.stmt = statementCache(this.db);
     const file = options.path !== ':memory:';
-    this.db.exec(`PRAGMA busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
+    const busyTimeoutMs = options.busyTimeoutMs ?? 10_000;
+    this.db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
     if (file) {
       try {
-        this.db.exec('PRAGMA journal_mode = WAL'); // the first statement that reads the file
+        enterWal(this.db, busyTimeoutMs); // the first statement that reads the file
       } catch (err) {
         this.db.close();
         throw new Error(`cannot use the SQLite database ${options.path}: ${(err as Error).message}`);
@@ -778,6 +779,25 @@ export class SqliteStore implements Store {
 }
 
 /** Opens the file, naming it (and a missing directory) when that fails: node:sqlite's own message names neither. */
+/**
+ * Switches the file to WAL. Changing the journal mode needs the file to itself, and SQLite
+ * answers "database is locked" at once, without its busy handler, while another connection holds
+ * a lock: several processes opening a new file together (or one opening while another writes
+ * in rollback mode) would fail. Tried again for up to the busy timeout.
+ */
+function enterWal(db: DatabaseSync, busyTimeoutMs: number): void {
+  const deadline = Date.now() + busyTimeoutMs;
+  for (let pause = 5; ; pause = Math.min(100, pause * 2)) {
+    try {
+      db.exec('PRAGMA journal_mode = WAL');
+      return;
+    } catch (err) {
+      if (!/locked|busy/i.test((err as Error).message) || Date.now() >= deadline) throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, pause);
+    }
+  }
+}
+
 function openDatabase(path: string): DatabaseSync {
   // Loaded when a store opens, not when this module is imported: a process that never opens
   // one (the CLI's client commands) does not load node:sqlite, nor get Node 22's warning that
