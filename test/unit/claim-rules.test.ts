@@ -52,7 +52,7 @@ describe('planClaim', () => {
           for (const type of ['a', 'b']) assert.ok(count((c) => c.type === type && c.key === 'k1') <= keyRooms.k1);
           // Something is taken whenever something could be.
           const possible = candidates.some(
-            (c) => (typeRooms as Record<string, number>)[c.type] > 0 && ((tenantRooms as Record<string, number>)[c.tenant] ?? 1) > 0 && (c.key !== 'k1' || keyRooms.k1 > 0),
+            (c) => ((typeRooms as Record<string, number>)[c.type] ?? 0) > 0 && ((tenantRooms as Record<string, number>)[c.tenant] ?? 1) > 0 && (c.key !== 'k1' || keyRooms.k1 > 0),
           );
           if (limit > 0 && possible) assert.ok(ids.length > 0);
         },
@@ -88,7 +88,7 @@ describe('declaring limits', () => {
   });
 
   it('the concurrency key is computed at submission, and a key that is not a non-empty string is a 422', () => {
-    const task = defineTask({ type: 'k', concurrencyKey: (input: { customer?: unknown }) => input.customer as string, run: () => null });
+    const task = defineTask({ type: 'k', concurrencyKey: (input: unknown) => (input as { customer?: unknown }).customer as string, run: () => null });
     const ctx = { tasks: new Map([['k', task]]), config: resolveConfig({}, {}) };
     const job = prepare(ctx, 'k', { customer: 'acme' }, {}, 1_700_000_000_000);
     assert.equal((job as { concurrencyKey: string }).concurrencyKey, 'acme');
