@@ -4,6 +4,7 @@
  * that was given (the option or the variable), and so are settings that contradict each other.
  */
 import { parseDuration } from './core/duration.js';
+import { parseTenantQuotas, type TenantQuota, tenantQuotasFromEnv } from './core/quotas.js';
 import { parseRetention, type RetentionInput, type RetentionPolicy, retentionFromEnv } from './core/retention.js';
 
 export interface LonghaulConfig {
@@ -33,6 +34,12 @@ export interface LonghaulConfig {
   retention: RetentionPolicy;
   /** Lifetime of idempotency keys from their job's creation; a later submission with the key makes a new job. */
   idempotencyTtlMs: number;
+  /**
+   * Per-tenant quotas (`"*"`: every tenant not listed; core/quotas.ts `quotaFor`). `maxQueued`:
+   * a submission that would take the tenant's backlog past it is refused (429); `maxRunning`:
+   * jobs of the tenant running at once. Empty: no tenant quota.
+   */
+  tenantQuotas: Record<string, TenantQuota>;
 }
 
 /** What callers give: any setting, retention as written (`'7d'`, ms, `'forever'`). */
@@ -54,6 +61,7 @@ export const DEFAULTS: LonghaulConfig = {
   redisPrefix: 'longhaul:',
   retention: {},
   idempotencyTtlMs: 86_400_000,
+  tenantQuotas: {},
 };
 
 type Env = Record<string, string | undefined>;
@@ -146,5 +154,7 @@ function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
     // Options as parsed policies (ms); each state the options leave out comes from the environment.
     retention: { ...retentionFromEnv(env), ...parseRetention(options.retention) },
     idempotencyTtlMs: options.idempotencyTtlMs ?? durationFromEnv(env, 'LONGHAUL_IDEMPOTENCY_TTL') ?? DEFAULTS.idempotencyTtlMs,
+    // The option, when given, replaces the variable as a whole (quotas are one table, not per-state settings).
+    tenantQuotas: options.tenantQuotas !== undefined ? parseTenantQuotas(options.tenantQuotas) : tenantQuotasFromEnv(env),
   };
 }

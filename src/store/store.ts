@@ -96,6 +96,15 @@ export interface InsertJobParams {
   job: NewJob;
   /** Refuse (kind 'full') when the tenant-independent backlog (pending+queued+retrying) is at least this. */
   maxBacklog?: number;
+  /**
+   * Per-tenant backlog limits, by tenant (core/quotas.ts): a new job whose tenant already has at
+   * least this many jobs pending, queued or retrying is refused (kind 'tenant-full'). Counted in
+   * the insert's own transaction, serialized per tenant (SQLite: the write lock; PostgreSQL: a
+   * transaction-level advisory lock per tenant), so concurrent submissions never take a tenant
+   * past its limit. Tenants not named have no limit. A job found again by its idempotency key
+   * answers 'existing' (or 'conflict') whatever the limit.
+   */
+  maxTenantBacklog?: Readonly<Record<string, number>>;
   /** Lifetime of idempotency keys: a key held by a job created this long before the new one names a new job (core/retention.ts keyReusable). */
   idempotencyTtlMs?: number;
   /**
@@ -105,13 +114,26 @@ export interface InsertJobParams {
   tx?: SqlTransaction;
 }
 
+export interface InsertJobsParams extends Omit<InsertJobParams, 'job'> {
+  jobs: NewJob[];
+  /**
+   * The tenant limits apply to the jobs as one batch: when the new jobs (those not found again by
+   * their idempotency key) would take a tenant past its limit, none is inserted, and every new
+   * job answers 'tenant-full'. Without it each job is decided on its own, in order (the group
+   * commit of unrelated submissions).
+   */
+  wholeBatch?: boolean;
+}
+
 export type InsertResult =
   | { kind: 'created'; job: JobRecord }
   /** Same idempotency key, same request: the job that already exists. */
   | { kind: 'existing'; job: JobRecord }
   /** Same idempotency key, different request. */
   | { kind: 'conflict'; job: JobRecord }
-  | { kind: 'full'; backlog: number };
+  | { kind: 'full'; backlog: number }
+  /** The tenant's backlog (counted up to the limit) would pass `maxTenantBacklog[tenant]`. */
+  | { kind: 'tenant-full'; tenant: string; backlog: number; limit: number };
 
 export interface GetJobParams {
   id: string;
@@ -299,8 +321,8 @@ export interface JobQueueStore {
   readonly capabilities: StoreCapabilities;
 
   insertJob(params: InsertJobParams): Promise<InsertResult>;
-  /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */
-  insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number; tx?: SqlTransaction }): Promise<InsertResult[]>;
+  /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job, unless `wholeBatch`. */
+  insertJobs(params: InsertJobsParams): Promise<InsertResult[]>;
   getJob(params: GetJobParams): Promise<JobRecord | null>;
   /**
    * Optional fast path for status reads: the snapshot built by the database in the read that

@@ -155,4 +155,9 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_ended ON jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
   CREATE INDEX job_signals_job ON job_signals (job_id);
   `,
+  // Tenant quotas: a tenant's backlog (pending, queued, retrying) counted at submission, up to
+  // its maxQueued (the count stops at the limit, so it costs O(limit) whatever the table holds).
+  `
+  CREATE INDEX jobs_tenant_backlog ON jobs (tenant) WHERE state IN ('pending', 'queued', 'retrying');
+  `,
 ];

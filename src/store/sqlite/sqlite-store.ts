@@ -32,6 +32,7 @@ import {
   type HeartbeatResult,
   insertedRecord,
   type InsertJobParams,
+  type InsertJobsParams,
   type InsertResult,
   type JobPage,
   type LeaseRef,
@@ -61,6 +62,7 @@ import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
 import { SqliteRetentionOps } from './retention-ops.js';
 import { keyReusable } from '../../core/retention.js';
+import { batchRefusal, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -309,7 +311,7 @@ export class SqliteStore implements Store {
 
   // ---- submit -------------------------------------------------------------------------
 
-  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number): InsertResult {
+  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number, tenants?: TenantRoom): InsertResult {
     if (job.idempotencyKey !== null) {
       const existing = this.arrayStmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(
         job.tenant,
@@ -329,17 +331,48 @@ export class SqliteStore implements Store {
       };
       if (backlog.n >= maxBacklog) return { kind: 'full', backlog: backlog.n };
     }
+    // The write lock keeps the tenant's count true until commit.
+    if (tenants) {
+      const refused = takeRoom(tenants, job.tenant, (t, cap) => this.tenantBacklog(t, cap));
+      if (refused) return refused;
+    }
     const insert = this.hot.insert;
     insert.stmt.run(...insert.args(job));
     return { kind: 'created', job: insertedRecord(job) };
   }
 
-  async insertJob(params: InsertJobParams): Promise<InsertResult> {
-    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs));
+  /** A tenant's stored backlog, counted up to `cap` (index jobs_tenant_backlog: O(cap) at most). */
+  private tenantBacklog(tenant: string, cap: number): number {
+    const row = this.stmt("SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE tenant = ? AND state IN ('pending', 'queued', 'retrying') LIMIT ?)").get(
+      tenant,
+      cap,
+    ) as { n: number };
+    return row.n;
   }
 
-  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number }): Promise<InsertResult[]> {
-    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs)), params.jobs.length);
+  async insertJob(params: InsertJobParams): Promise<InsertResult> {
+    const tenants = tenantRoom(params.maxTenantBacklog);
+    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs, tenants));
+  }
+
+  async insertJobs(params: InsertJobsParams): Promise<InsertResult[]> {
+    const tenants = tenantRoom(params.maxTenantBacklog);
+    const insertAll = () => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs, tenants));
+    if (!params.wholeBatch || !tenants) return this.write(insertAll, params.jobs.length);
+    let refused: InsertResult[] | null = null;
+    try {
+      return this.write(() => {
+        const results = insertAll();
+        const refusal = batchRefusal(results, tenants);
+        if (refusal === null) return results;
+        // A tenant over its limit refuses the batch: the rollback undoes the jobs inserted before it.
+        refused = refuseBatch(results, refusal);
+        throw new Error('batch refused');
+      }, params.jobs.length);
+    } catch (err) {
+      if (refused === null) throw err;
+      return refused;
+    }
   }
 
   // ---- reads --------------------------------------------------------------------------
