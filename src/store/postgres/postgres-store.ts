@@ -86,6 +86,13 @@ export interface PostgresStoreOptions {
 }
 
 type Client = pg.ClientBase;
+
+/** The backlogs (pending, queued, retrying) of tenants $1, each counted up to its cap in $2: rows (tenant, count). */
+export function tenantBacklogSql(s: string): string {
+  return `SELECT t.tenant, (SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs j
+      WHERE j.tenant = t.tenant AND j.state IN ${BACKLOG_STATES_SQL} LIMIT t.cap) b)
+    FROM unnest($1::text[], $2::integer[]) AS t(tenant, cap)`;
+}
 type Queryable = Pick<pg.ClientBase, 'query'>;
 /** The limits an insert keeps (InsertJobParams); none for the jobs a job spawns. */
 type InsertLimits = Pick<InsertJobsParams, 'maxBacklog' | 'idempotencyTtlMs' | 'maxTenantBacklog' | 'wholeBatch'>;
@@ -243,10 +250,9 @@ export class PostgresStore implements Store {
       // Locks first, counts in a statement of their own: under READ COMMITTED a statement's
       // snapshot is taken when it starts, so a count made in the statement that waited for a
       // lock would miss the jobs the lock's previous holder committed.
-      lockTenants: `SELECT count(pg_advisory_xact_lock(hashtext('${this.schema}:tenant-backlog'), hashtext(t))) FROM unnest($1::text[]) AS t`,
-      tenantBacklog: `SELECT t.tenant, (SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs j
-          WHERE j.tenant = t.tenant AND j.state IN ${BACKLOG_STATES_SQL} LIMIT t.cap) b)
-        FROM unnest($1::text[], $2::integer[]) AS t(tenant, cap)`,
+      lockTenants: `SELECT count(pg_advisory_xact_lock(hashtext('${this.schema}:tenant-backlog'), hashtext(t))), current_setting('transaction_isolation')
+        FROM unnest($1::text[]) AS t`,
+      tenantBacklog: tenantBacklogSql(s),
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
       cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7)`,
@@ -409,7 +415,12 @@ export class PostgresStore implements Store {
     const counts = new Map<string, number>();
     if (tenants.length === 0) return counts;
     const caps = tenants.map((t) => countCap(limitOf(room, t) as number));
-    await this.rows('lock_tenants', this.sql.lockTenants, [tenants], client);
+    const [locked] = await this.rows('lock_tenants', this.sql.lockTenants, [tenants], client);
+    // A snapshot per transaction (a caller's REPEATABLE READ or SERIALIZABLE tx) would count
+    // without the jobs committed while the lock was awaited: the limit could be passed.
+    if (locked?.[1] !== 'read committed') {
+      throw new InvalidOptionsError(`tenant quotas need the transaction at READ COMMITTED isolation (it is ${String(locked?.[1])}): its count of the tenant's jobs would miss concurrent submissions`, 'tx');
+    }
     const rows = await this.rows('tenant_backlog', this.sql.tenantBacklog, [tenants, caps], client);
     for (const r of rows) counts.set(r[0] as string, Number(r[1]));
     return counts;

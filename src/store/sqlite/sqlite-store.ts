@@ -78,6 +78,9 @@ export interface SqliteStoreOptions {
 
 const JOB_ROW = jobJson('j');
 
+/** A tenant's backlog (pending, queued, retrying), counted up to a cap: (tenant, cap). */
+export const TENANT_BACKLOG_SQL = "SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE tenant = ? AND state IN ('pending', 'queued', 'retrying') LIMIT ?)";
+
 function json(value: unknown): string | null {
   return value === undefined || value === null ? null : JSON.stringify(value);
 }
@@ -343,11 +346,7 @@ export class SqliteStore implements Store {
 
   /** A tenant's stored backlog, counted up to `cap` (index jobs_tenant_backlog: O(cap) at most). */
   private tenantBacklog(tenant: string, cap: number): number {
-    const row = this.stmt("SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE tenant = ? AND state IN ('pending', 'queued', 'retrying') LIMIT ?)").get(
-      tenant,
-      cap,
-    ) as { n: number };
-    return row.n;
+    return (this.stmt(TENANT_BACKLOG_SQL).get(tenant, cap) as { n: number }).n;
   }
 
   async insertJob(params: InsertJobParams): Promise<InsertResult> {
