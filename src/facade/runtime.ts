@@ -205,12 +205,14 @@ export class Runtime {
       soon.unref?.();
     });
     // Retention 0 (delete on completion): a job that ends in this process is deleted at once,
-    // not at the next sweep. Debounced and coalesced like webhook dispatch: a busy worker's ends
-    // are deleted in batches of many (bench/RESULTS.md).
+    // not at the next sweep. Most are deleted by the worker's own write that ends them; the
+    // others (result files to delete, a webhook, a parent or children; ends written elsewhere:
+    // cancels, timeouts) here, debounced and coalesced like webhook dispatch, in batches of many.
     const offRetain = this.hasZeroRetention()
       ? bus.on('job:changed', (e) => {
           if (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled') return;
-          if (isRelayed(e)) return;
+          // Deleted already by the write that ended it (a worker's outcome: TransitionParams.deleteOnEnd).
+          if (e.deleted || isRelayed(e)) return;
           this.retainSoon();
         })
       : () => {};
@@ -312,6 +314,7 @@ export class Runtime {
       },
       logger,
       defaults: { heartbeatIntervalMs: config.heartbeatIntervalMs, resultTtlMs: config.resultTtlMs },
+      retention: config.retention,
       concurrency: options.concurrency ?? config.concurrency,
       ...(options.workerId === undefined ? {} : { workerId: options.workerId }),
       ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),

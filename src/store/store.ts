@@ -336,7 +336,12 @@ export interface JobQueueStore {
   /** Promotes due pending/retrying/waiting jobs, then claims up to `limit` queued jobs for the worker. */
   claimJobs(params: ClaimParams): Promise<JobRecord[]>;
   /** A worker's cycle in one write: its completions (as `transition`), then a claim (as `claimJobs`). */
-  completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }>;
+  completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{
+    applied: boolean[];
+    jobs: JobRecord[];
+    /** Per completion: the job was deleted in the same transaction (`deleteOnEnd`, retention 0). Absent: none was. */
+    deleted?: boolean[];
+  }>;
   /** Compare-and-swap transitions, applied in one write; one boolean per item, in order. */
   transition(params: { items: TransitionParams[] }): Promise<boolean[]>;
   heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]>;

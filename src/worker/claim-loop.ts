@@ -206,7 +206,7 @@ export class ClaimLoop {
       });
       jobs = res.jobs;
       if (limit > 0) this.ahead.cycleRan(performance.now() - t0);
-      this.writer.written(batch, res.applied);
+      this.writer.written(batch, res.applied, res.deleted);
       this.o.stats.claimed += jobs.length;
       // A full batch means more may be waiting: claim again as soon as slots free up.
       if (limit > 0 && jobs.length === limit) this.wanted = true;

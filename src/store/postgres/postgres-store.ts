@@ -87,6 +87,13 @@ export interface PostgresStoreOptions {
 
 type Client = pg.ClientBase;
 
+/** An ordinal apply_transitions answered: applied, and deleted with it when negative (`deleteOnEnd`). */
+function markApplied(ordinal: number, applied: boolean[], deleted?: boolean[]): void {
+  const i = Math.abs(ordinal) - 1;
+  applied[i] = true;
+  if (ordinal < 0 && deleted) deleted[i] = true;
+}
+
 /** The backlogs (pending, queued, retrying) of tenants $1, each counted up to its cap in $2: rows (tenant, count). */
 export function tenantBacklogSql(s: string): string {
   return `SELECT t.tenant, (SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs j
@@ -621,24 +628,25 @@ export class PostgresStore implements Store {
     return (await this.cycle([], params)).jobs;
   }
 
-  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[]; deleted: boolean[] }> {
     for (const p of params.complete) checkTransition(p);
     return this.cycle(params.complete, params.claim);
   }
 
-  private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+  private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<{ applied: boolean[]; jobs: JobRecord[]; deleted: boolean[] }> {
     const applied = complete.map(() => false);
+    const deleted = complete.map(() => false);
     const { json, rounds } = encodeTransitions(complete);
     const limit = claim.types.length > 0 ? Math.max(0, Math.floor(claim.limit)) : 0;
-    if (rounds === 0 && limit === 0) return { applied, jobs: [] };
+    if (rounds === 0 && limit === 0) return { applied, jobs: [], deleted };
     const { names, limits } = claimTypes(claim.types);
     const rows = await this.rows('cycle', this.sql.cycle, [json, rounds, claim.workerId, names, limits, limit, claim.now]);
     const jobs: JobRecord[] = [];
     for (const r of rows) {
-      if (r[0] !== null) applied[Number(r[0]) - 1] = true;
+      if (r[0] !== null) markApplied(Number(r[0]), applied, deleted);
       else jobs.push(rowToJob(r, 1));
     }
-    return { applied, jobs };
+    return { applied, jobs, deleted };
   }
 
   async transition(params: { items: TransitionParams[] }): Promise<boolean[]> {
@@ -647,7 +655,7 @@ export class PostgresStore implements Store {
     const { json, rounds } = encodeTransitions(params.items);
     if (rounds === 0) return applied;
     const [row] = await this.rows('apply', this.sql.apply, [json, rounds]);
-    for (const o of (row?.[0] as number[] | null) ?? []) applied[o - 1] = true;
+    for (const o of (row?.[0] as number[] | null) ?? []) markApplied(o, applied);
     return applied;
   }
 

@@ -491,16 +491,15 @@ export class SqliteStore implements Store {
     );
   }
 
-  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[]; deleted: boolean[] }> {
     const { complete, claim } = params;
     for (const p of complete) checkTransition(p);
     const claiming = claim.limit > 0 && claim.types.length > 0;
-    if (complete.length === 0 && !claiming) return { applied: [], jobs: [] };
+    if (complete.length === 0 && !claiming) return { applied: [], jobs: [], deleted: [] };
     return this.write(
       () => {
-        const applied = new Array<boolean>(complete.length);
-        for (let i = 0; i < complete.length; i++) applied[i] = this.transitions.apply(complete[i] as TransitionParams);
-        return { applied, jobs: claiming ? this.claimSync(claim) : [] };
+        const { applied, deleted } = this.applyAll(complete);
+        return { applied, deleted, jobs: claiming ? this.claimSync(claim) : [] };
       },
       // Rows written (they pace the checkpoints), not the claim's limit, which may be far more.
       (out) => out.applied.length + out.jobs.length,
@@ -583,10 +582,31 @@ export class SqliteStore implements Store {
     return this.transitions.apply(p);
   }
 
+  /**
+   * Checked transitions inside the caller's write transaction, in order. A `deleteOnEnd` write
+   * deletes its job when it may (Transitions.tryDelete), else applies as usual; the deleted
+   * jobs' progress and signals go in two statements for all of them.
+   */
+  private applyAll(items: readonly TransitionParams[]): { applied: boolean[]; deleted: boolean[] } {
+    const applied = new Array<boolean>(items.length);
+    const deleted = new Array<boolean>(items.length).fill(false);
+    const gone: string[] = [];
+    for (let i = 0; i < items.length; i++) {
+      const p = items[i] as TransitionParams;
+      if (p.deleteOnEnd && this.transitions.tryDelete(p)) {
+        applied[i] = true;
+        deleted[i] = true;
+        gone.push(p.id);
+      } else applied[i] = this.transitionSync(p);
+    }
+    this.transitions.dropDependents(gone);
+    return { applied, deleted };
+  }
+
   async transition(params: { items: TransitionParams[] }): Promise<boolean[]> {
     for (const p of params.items) checkTransition(p);
     if (params.items.length === 0) return [];
-    return this.write(() => params.items.map((p) => this.transitionSync(p)), params.items.length);
+    return this.write(() => this.applyAll(params.items).applied, params.items.length);
   }
 
   // ---- lease-holder writes ------------------------------------------------------------
