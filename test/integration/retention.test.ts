@@ -69,7 +69,18 @@ const tasks = [
   defineTask({ type: 't.idle', async run() {
     return 1;
   } }),
+  defineTask({
+    type: 't.gated',
+    async run(input: { gate: string }, ctx) {
+      ctx.progress({ percent: 40, message: 'waiting for the gate' });
+      await new Promise<void>((resolve) => gates.set(input.gate, resolve));
+      return { done: input.gate };
+    },
+  }),
 ];
+
+/** Handlers of t.gated waiting to be let go, by gate name. */
+const gates = new Map<string, () => void>();
 
 interface Backend {
   name: string;
@@ -191,6 +202,46 @@ for (const backend of backends) {
         assert.equal(left.jobs, 0);
         assert.equal(left.files, 0);
         assert.equal(left.job_results, 0);
+      } finally {
+        await lh.close();
+      }
+    });
+
+    it("retention 0: the worker's own write deletes the job with every row it owns; a watcher still gets its last snapshot; files are left to the eraser", async () => {
+      // No sweeper, no on-completion pass: only the worker's write can delete.
+      const { lh, store, counts } = await openInstance({ retention: { succeeded: 0 } });
+      try {
+        await lh.startWorker({ sweeper: false, progressIntervalMs: 10 });
+        const gate = `g-${Date.now()}`;
+        const job = await lh.submit('t.gated', { gate }, { runAt: new Date(Date.now() + 60_000) });
+        assert.equal((await store.sendSignal({ id: job.id, name: 'nudge', payload: 1, at: Date.now() })).kind, 'accepted');
+        await store.promoteDue({ now: Date.now() + 120_000, limit: 100 });
+        const deadline = Date.now() + 10_000;
+        while (!gates.has(gate) || (await counts()).job_progress === 0) {
+          assert.ok(Date.now() < deadline, 'the job did not start and report progress');
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        const before = await counts();
+        assert.deepEqual(before, { jobs: 1, job_progress: 1, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 1, files: 0 });
+        const last = lh.wait(job.id);
+        (gates.get(gate) as () => void)();
+        const end = await last;
+        assert.equal(end.status, 'succeeded');
+        assert.deepEqual(end.result, { done: gate });
+        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, files: 0 });
+        assert.equal(await lh.get(job.id), null);
+        // A job with result files ends as usual: its files can only go through the eraser (blobs first).
+        const withFiles = await lh.submit('t.files', {});
+        const ended = await settled(lh, withFiles.id, 10_000);
+        assert.equal(ended.status, 'succeeded');
+        const kept = await counts();
+        assert.equal(kept.jobs, 1);
+        assert.equal(kept.job_results, 2);
+        assert.equal(kept.files, 2);
+        const sweeper = lh.startSweeper();
+        await sweeper.stop();
+        assert.equal((await sweeper.sweep()).deleted, 1);
+        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, files: 0 });
       } finally {
         await lh.close();
       }
