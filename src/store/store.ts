@@ -342,7 +342,12 @@ export interface JobQueueStore {
     /** Per completion: the job was deleted in the same transaction (`deleteOnEnd`, retention 0). Absent: none was. */
     deleted?: boolean[];
   }>;
-  /** Compare-and-swap transitions, applied in one write; one boolean per item, in order. */
+  /**
+   * Compare-and-swap transitions, applied in one write; one boolean per item, in order. An item
+   * with `deleteOnEnd` that ends its job deletes it (with its progress and signals) when the job
+   * owns no result files, webhook, parent or children, and counts as applied; otherwise it is
+   * applied as usual.
+   */
   transition(params: { items: TransitionParams[] }): Promise<boolean[]>;
   heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]>;
   /** Read-only: is each lease still held, and is a cancel requested? (cheap cancel polling) */
