@@ -14,7 +14,9 @@ import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { FatalError } from '../../src/core/errors.js';
+import type { JobSnapshot } from '../../src/core/job.js';
 import { Longhaul, type OpenOptions } from '../../src/longhaul.js';
+import { FeedHub } from '../../src/server/hub.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { Store } from '../../src/store/store.js';
@@ -212,6 +214,9 @@ for (const backend of backends) {
       const { lh, store, counts } = await openInstance({ retention: { succeeded: 0 } });
       try {
         await lh.startWorker({ sweeper: false, progressIntervalMs: 10 });
+        const feed = new FeedHub(lh);
+        const seen: JobSnapshot[] = [];
+        feed.subscribe('default', (f) => seen.push(f));
         const gate = `g-${Date.now()}`;
         const job = await lh.submit('t.gated', { gate }, { runAt: new Date(Date.now() + 60_000) });
         assert.equal((await store.sendSignal({ id: job.id, name: 'nudge', payload: 1, at: Date.now() })).kind, 'accepted');
@@ -228,6 +233,14 @@ for (const backend of backends) {
         const end = await last;
         assert.equal(end.status, 'succeeded');
         assert.deepEqual(end.result, { done: gate });
+        // The tenant-wide feed (GET /v1/events) sent its end too.
+        const fed = () => seen.find((f) => f.id === job.id && f.status === 'succeeded');
+        for (const until = Date.now() + 5_000; !fed(); ) {
+          assert.ok(Date.now() < until, 'the feed did not send the end of the deleted job');
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        assert.deepEqual(fed()?.result, { done: gate });
+        feed.close();
         assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, files: 0 });
         assert.equal(await lh.get(job.id), null);
         // A job with result files ends as usual: its files can only go through the eraser (blobs first).
