@@ -250,5 +250,5 @@ function candidate(type: string, r: CandidateRow): ClaimCandidate {
 
 function capOf(caps: TenantCaps | undefined, tenant: string): number | undefined {
   if (!caps) return undefined;
-  return Object.hasOwn(caps.byTenant, tenant) ? caps.byTenant[tenant] : caps.others;
+  return Object.hasOwn(caps.byTenant, tenant) ? (caps.byTenant[tenant] ?? undefined) : caps.others;
 }
