@@ -203,7 +203,7 @@ export function registerClientCommands(program: Command): void {
       }
       const d = out.deleted;
       process.stdout.write(
-        `deleted ${d.jobs} jobs, ${d.files} files (${d.resultFiles} file records, ${d.progress} progress rows, ${d.webhooks} webhook targets, ${d.deliveries} delivery log entries, ${d.signals} signals)\n`,
+        `deleted ${d.jobs} jobs, ${d.files} files (${d.resultFiles} file records, ${d.progress} progress rows, ${d.webhooks} webhook targets, ${d.deliveries} delivery log entries, ${d.signals} signals, ${d.attempts ?? 0} attempt records)\n`,
       );
       if (out.skipped > 0) process.stderr.write(`skipped ${out.skipped} jobs that have not ended: cancel them, then purge again\n`);
     });

@@ -13,7 +13,7 @@ export interface Erased extends DeletedRows {
   files: number;
 }
 
-export const NOTHING_ERASED: Erased = Object.freeze({ jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0, files: 0 });
+export const NOTHING_ERASED: Erased = Object.freeze({ jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0, attempts: 0, files: 0 });
 
 export interface EraserOptions {
   store: RetentionStore & Pick<ResultFileStore, 'listResults'>;

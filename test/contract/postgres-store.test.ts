@@ -31,6 +31,7 @@ import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
+import { runDeadLetterContract } from './store-contract/dead-letters.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
@@ -55,6 +56,7 @@ runWebhookOutboxContract(`postgres (${db.source})`, () => openStore());
 runWorkflowContract(`postgres (${db.source})`, () => openStore());
 runScheduleContract(`postgres (${db.source})`, () => openStore());
 runRetentionContract(`postgres (${db.source})`, () => openStore());
+runDeadLetterContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 

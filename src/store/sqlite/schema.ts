@@ -155,4 +155,23 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_ended ON jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
   CREATE INDEX job_signals_job ON job_signals (job_id);
   `,
+  // 6: dead letters: the attempt history (one row per run that ended without succeeding, keyed by
+  // the run's lease; written by transitions.ts in the transition's own transaction), and failed
+  // jobs by tenant, type and error code (the dead-letter groups, their pages and bulk filters).
+  `
+  CREATE TABLE job_attempts (
+    job_id TEXT NOT NULL,
+    lease INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    worker_id TEXT,
+    started_at INTEGER,
+    ended_at INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    error TEXT,
+    stack TEXT,
+    PRIMARY KEY (job_id, lease)
+  ) WITHOUT ROWID;
+  CREATE INDEX jobs_dead_letters ON jobs (tenant, type, json_extract(error, '$.code'), finished_at, id) WHERE state = 'failed';
+  `,
 ];

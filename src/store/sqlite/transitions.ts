@@ -4,6 +4,7 @@
  */
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { assertTransition } from '../../core/states.js';
+import { endsRecordedAttempt } from '../../core/transitions.js';
 import type { TransitionParams } from '../store.js';
 import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 
@@ -97,6 +98,7 @@ export function checkTransition(p: TransitionParams): void {
 export class Transitions {
   private readonly byShape = new Map<number, Compiled<TransitionParams>>();
   private dropProgress: StatementSync | null = null;
+  private recordAttempt: StatementSync | null = null;
 
   /** Statements are prepared on first use: the tables exist only once the store migrated. */
   constructor(private readonly db: DatabaseSync) {}
@@ -114,6 +116,22 @@ export class Transitions {
       this.dropProgress ??= this.db.prepare('DELETE FROM job_progress WHERE job_id = ?');
       this.dropProgress.run(p.id);
     }
+    if (applied && endsRecordedAttempt(p)) this.attemptEnded(p);
     return applied;
+  }
+
+  /**
+   * Records the attempt `p` ended (the attempt history, DeadLetterStore), in the same transaction.
+   * Read from the row just updated: its lease, worker and start are the attempt's; a refunded
+   * attempt (a hand-back, a wait) keeps its number.
+   */
+  private attemptEnded(p: TransitionParams): void {
+    this.recordAttempt ??= this.db.prepare(
+      `INSERT INTO job_attempts (job_id, lease, attempt, worker_id, started_at, ended_at, outcome, reason, error, stack)
+       SELECT id, lease, attempts + ?, worker_id, started_at, ?, ?, ?, ?, ? FROM jobs WHERE id = ?
+       ON CONFLICT DO NOTHING`,
+    );
+    const patch = p.patch;
+    this.recordAttempt.run(patch?.refundAttempt ? 1 : 0, p.at, p.to, p.reason, json(patch?.error), patch?.stack ?? null, p.id);
   }
 }

@@ -22,6 +22,7 @@ async function footprint(store: Store, id: string) {
     webhook: (await store.getWebhook({ jobId: id })) ? 1 : 0,
     deliveries: (await store.listWebhookDeliveries({ jobId: id, limit: 100 })).length,
     log: (await store.getTransitions({ id }))?.length ?? 0,
+    attempts: (await store.listAttempts({ id, limit: 100 }))?.length ?? 0,
   };
 }
 
@@ -85,14 +86,15 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
     });
 
     it('deletes a job with every row it owns, counted per table, and nothing of another job', async () => {
-      const gone = await ended('succeeded', T0 + 1);
+      const gone = await ended('failed', T0 + 1);
       const kept = await ended('failed', T0 + 1);
       const before = await footprint(store, gone.id);
-      assert.deepEqual(before, { job: 1, progress: 1, results: 1, webhook: 1, deliveries: 1, log: 3 });
+      assert.deepEqual(before, { job: 1, progress: 1, results: 1, webhook: 1, deliveries: 1, log: 3, attempts: 1 });
       const keptBefore = await footprint(store, kept.id);
+      assert.equal(keptBefore.attempts, 1);
       const deleted = await store.deleteJobs({ ids: [gone.id] });
-      assert.deepEqual(deleted, { jobs: 1, progress: 1, resultFiles: 1, webhooks: 1, deliveries: 1, signals: 0 });
-      assert.deepEqual(await footprint(store, gone.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0 });
+      assert.deepEqual(deleted, { jobs: 1, progress: 1, resultFiles: 1, webhooks: 1, deliveries: 1, signals: 0, attempts: 1 });
+      assert.deepEqual(await footprint(store, gone.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0, attempts: 0 });
       assert.deepEqual(await footprint(store, kept.id), keptBefore);
     });
 
