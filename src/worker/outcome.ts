@@ -77,7 +77,8 @@ export function decideOutcome(
   }
   if (abort === 'cancelled' || abort === 'timeout') {
     const write = endCancelled(job, worker.id, now, abort, abort);
-    withStack(write, result.error);
+    // A timeout's stack says where the handler was when it ran out of time; a cancel's is noise.
+    if (abort === 'timeout') withStack(write, result.error);
     // A timeout is the job's failure (its handler ran too long); a cancel is what its user asked for.
     const failure: FailedAttempt | null =
       abort === 'timeout' ? { thrown: result.error, error: write.patch?.error as JobError, next: 'cancelled', runAt: undefined } : null;
