@@ -12,6 +12,7 @@ import { after, afterEach, describe, it } from 'node:test';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
 import { OPEN_CHILD_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
 import { PENDING_WEBHOOKS_SQL, SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
+import { deadLetterGroupsSql, deadLetterWhere, failedJobsSql } from '../../src/store/sqlite/dead-letter-ops.js';
 import { newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
@@ -205,6 +206,19 @@ describe('SqliteStore specifics', () => {
     const plan = (s.db.prepare(`EXPLAIN QUERY PLAN ${PENDING_WEBHOOKS_SQL}`).all(100) as { detail: string }[]).map((r) => r.detail);
     const outer = plan.find((d) => /^(SCAN|SEARCH) /.test(d));
     assert.match(outer ?? '', /^(SCAN|SEARCH) w\b/, plan.join(' | '));
+  });
+  it('dead-letter reads follow jobs_dead_letters: groups without sorting the jobs, a page seeks its cursor', async () => {
+    const s = await track(openStore());
+    const plan = (sql: string, args: (string | number)[]) =>
+      (s.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map((r) => r.detail).join(' | ');
+    const tenant = deadLetterWhere({ tenant: 'acme' });
+    const groups = plan(deadLetterGroupsSql(tenant.where), [...tenant.args, 10]);
+    assert.match(groups, /SEARCH j USING INDEX jobs_dead_letters \(tenant=\?\)/, groups);
+    assert.doesNotMatch(groups, /FOR GROUP BY/, groups);
+    const group = deadLetterWhere({ tenant: 'acme', type: 'report', code: 'E' });
+    const page = plan(failedJobsSql([...group.where, '(j.finished_at, j.id) < (?, ?)'], 'desc', 'j.id'), [...group.args, 1, 'x', 10]);
+    assert.match(page, /SEARCH j USING (COVERING )?INDEX jobs_dead_letters \(tenant=\? AND type=\? AND <expr>=\? AND \(finished_at,id\)<\(\?,\?\)\)/, page);
+    assert.doesNotMatch(page, /TEMP B-TREE/, page);
   });
   it('workflow reads are index probes: an open child of a parent, stranded parents, due waiting jobs', async () => {
     const s = await track(openStore());

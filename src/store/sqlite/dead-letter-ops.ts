@@ -16,6 +16,18 @@ import { arrays, statementCache } from './sql.js';
 /** A failed job's error code, as the index jobs_dead_letters has it. */
 export const DEAD_LETTER_CODE_SQL = "json_extract(j.error, '$.code')";
 
+/** The groups of a filter's failed jobs (GROUP BY follows the index order: no sort of the jobs). */
+export function deadLetterGroupsSql(where: readonly string[]): string {
+  return `SELECT j.tenant, j.type, ${DEAD_LETTER_CODE_SQL} AS code, count(*) AS n, max(j.finished_at) AS last FROM jobs j
+    WHERE ${where.join(' AND ')} GROUP BY j.tenant, j.type, code ORDER BY last DESC, j.tenant, j.type, code LIMIT ?`;
+}
+
+/** A page of a filter's failed jobs after a cursor, newest first (the listing's order). */
+export function failedJobsSql(where: readonly string[], order: 'asc' | 'desc', select: string): string {
+  const dir = order === 'asc' ? 'ASC' : 'DESC';
+  return `SELECT ${select} FROM jobs j WHERE ${where.join(' AND ')} ORDER BY j.finished_at ${dir}, j.id ${dir} LIMIT ?`;
+}
+
 /** The WHERE clause and arguments of a filter over failed jobs (`j`). */
 export function deadLetterWhere(filter: DeadLetterFilter): { where: string[]; args: SQLInputValue[] } {
   const where = ["j.state = 'failed'"];
@@ -96,9 +108,7 @@ export class SqliteDeadLetterOps {
 
   async deadLetterGroups(params: { filter: DeadLetterFilter; limit: number }): Promise<DeadLetterGroup[]> {
     const { where, args } = deadLetterWhere(params.filter);
-    const sql = `SELECT j.tenant, j.type, ${DEAD_LETTER_CODE_SQL} AS code, count(*) AS n, max(j.finished_at) AS last FROM jobs j
-      WHERE ${where.join(' AND ')} GROUP BY j.tenant, j.type, code ORDER BY last DESC, j.tenant, j.type, code LIMIT ?`;
-    const rows = this.stmt(sql).all(...args, Math.max(0, Math.floor(params.limit))) as Array<{
+    const rows = this.stmt(deadLetterGroupsSql(where)).all(...args, Math.max(0, Math.floor(params.limit))) as Array<{
       tenant: string;
       type: string;
       code: unknown;
@@ -110,13 +120,12 @@ export class SqliteDeadLetterOps {
 
   async failedJobs(params: { filter: DeadLetterFilter; limit: number; order: 'asc' | 'desc'; cursor?: DeadLetterCursor | null }): Promise<JobRecord[]> {
     const { where, args } = deadLetterWhere(params.filter);
-    const dir = params.order === 'asc' ? 'ASC' : 'DESC';
     if (params.cursor) {
       const cmp = params.order === 'asc' ? '>' : '<';
-      where.push(`(j.finished_at ${cmp} ? OR (j.finished_at = ? AND j.id ${cmp} ?))`);
-      args.push(params.cursor.finishedAt, params.cursor.finishedAt, params.cursor.id);
+      // A row value: SQLite seeks the index to it (an OR of the two cases would walk every row before it).
+      where.push(`(j.finished_at, j.id) ${cmp} (?, ?)`);
+      args.push(params.cursor.finishedAt, params.cursor.id);
     }
-    const sql = `SELECT ${jobJson('j')} FROM jobs j WHERE ${where.join(' AND ')} ORDER BY j.finished_at ${dir}, j.id ${dir} LIMIT ?`;
-    return jobsFromRows(this.arrayStmt(sql).all(...args, Math.max(0, Math.floor(params.limit))));
+    return jobsFromRows(this.arrayStmt(failedJobsSql(where, params.order, jobJson('j'))).all(...args, Math.max(0, Math.floor(params.limit))));
   }
 }
