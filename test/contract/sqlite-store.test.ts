@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
+import type { SQLInputValue } from 'node:sqlite';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
 import { OPEN_CHILD_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
 import { PENDING_WEBHOOKS_SQL, SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
@@ -209,7 +210,7 @@ describe('SqliteStore specifics', () => {
   });
   it('dead-letter reads follow jobs_dead_letters: groups without sorting the jobs, a page seeks its cursor', async () => {
     const s = await track(openStore());
-    const plan = (sql: string, args: (string | number)[]) =>
+    const plan = (sql: string, args: SQLInputValue[]) =>
       (s.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map((r) => r.detail).join(' | ');
     const tenant = deadLetterWhere({ tenant: 'acme' });
     const groups = plan(deadLetterGroupsSql(tenant.where), [...tenant.args, 10]);
