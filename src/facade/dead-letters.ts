@@ -137,8 +137,12 @@ export async function listAttempts(
   const after = options.cursor ? parseAttemptCursor(options.cursor) : -1;
   const tenant = scope.tenant === undefined ? {} : { tenant: scope.tenant };
   if (hasUnstorable(id)) throw new JobNotFoundError(id);
-  const [recorded, job] = await Promise.all([store.listAttempts({ id, ...tenant, afterLease: after, limit: limit + 1 }), store.getJob({ id, ...tenant })]);
-  if (recorded === null || job === null) throw new JobNotFoundError(id);
+  // The job first: an attempt that ends between the two reads is then in the recorded rows (the
+  // job's view of it, as running, is dropped for the row of the same lease), never in neither.
+  const job = await store.getJob({ id, ...tenant });
+  if (job === null) throw new JobNotFoundError(id);
+  const recorded = await store.listAttempts({ id, ...tenant, afterLease: after, limit: limit + 1 });
+  if (recorded === null) throw new JobNotFoundError(id);
   const items: Array<JobAttempt & { lease: number }> = recorded.map((a) => ({
     lease: a.lease,
     attempt: a.attempt,

@@ -163,6 +163,39 @@ describe('PostgresStore specifics', () => {
     }
   });
 
+  it("a version-5 schema upgrades to dead letters: jobs failed before are grouped by their error's code, new failures are recorded", async () => {
+    const schema = 'from_v5';
+    await admin(async (c) => {
+      await c.query(`CREATE SCHEMA "${schema}"`);
+      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      for (const [i, sql] of renderMigrations(schema).slice(0, 5).entries()) {
+        await c.query(sql);
+        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [i + 1]);
+      }
+    });
+    const old = new PostgresStore({ connectionString: db.url, schema });
+    try {
+      const before = newJob({ type: 'old' });
+      await old.insertJob({ job: before });
+      const [c1] = await old.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 });
+      assert.ok(c1);
+      // Through version 5's apply_transitions: no attempt row, no error_code column yet.
+      assert.deepEqual(await old.transition({ items: [{ id: before.id, from: 'running', to: 'failed', lease: c1.lease, reason: 'fatal', at: T0 + 1, patch: { error: { message: 'm', code: 'OLD_CODE', retryable: false }, finishedAt: T0 + 1 } }] }), [true]);
+      assert.deepEqual(await old.migrate(), { from: 5, to: PostgresStore.latestVersion });
+      assert.deepEqual(await old.deadLetterGroups({ filter: {}, limit: 10 }), [{ tenant: 'acme', type: 'old', code: 'OLD_CODE', count: 1, lastFailedAt: T0 + 1 }]);
+      assert.deepEqual(await old.listAttempts({ id: before.id, limit: 10 }), []);
+      const after = newJob({ type: 'old' });
+      await old.insertJob({ job: after });
+      const [c2] = await old.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 + 2 });
+      assert.ok(c2);
+      assert.deepEqual(await old.transition({ items: [{ id: after.id, from: 'running', to: 'failed', lease: c2.lease, reason: 'fatal', at: T0 + 3, patch: { error: { message: 'm', code: 'NEW_CODE', retryable: false }, finishedAt: T0 + 3 } }] }), [true]);
+      assert.deepEqual((await old.listAttempts({ id: after.id, limit: 10 }))?.map((a) => a.error?.code), ['NEW_CODE']);
+      assert.equal((await old.deadLetterGroups({ filter: {}, limit: 10 })).length, 2);
+    } finally {
+      await old.close();
+    }
+  });
+
   it('refuses a schema newer than this version of Longhaul', async () => {
     const store = await openStore();
     try {

@@ -506,9 +506,13 @@ export const MIGRATIONS: readonly string[] = [
   `,
   // 6: dead letters: the attempt history (one row per run that ended without succeeding, keyed by
   // the run's lease), written by apply_transitions in the transition's own statement (its body is
-  // migration 1's plus the \`attempted\` insert and the item's stack); and failed jobs by tenant,
-  // type and error code (the dead-letter groups, their pages and bulk filters).
+  // migration 1's plus the \`attempted\` insert, the item's stack and error_code); and failed jobs
+  // by tenant, type and error code (the dead-letter groups, their pages and bulk filters).
+  // error_code is error's code, kept by apply_transitions: a column, not an expression, so that
+  // the grouped listing is an index-only scan. Filled here for failed jobs, the only ones read by it.
   `
+  ALTER TABLE {s}.jobs ADD COLUMN error_code text COLLATE "C";
+  UPDATE {s}.jobs SET error_code = error->>'code' WHERE state = 'failed' AND error IS NOT NULL;
   CREATE TABLE {s}.job_attempts (
     job_id uuid NOT NULL,
     lease integer NOT NULL,
@@ -522,7 +526,7 @@ export const MIGRATIONS: readonly string[] = [
     stack text,
     PRIMARY KEY (job_id, lease)
   );
-  CREATE INDEX jobs_dead_letters ON {s}.jobs (tenant, type, (error->>'code'), finished_at, id) WHERE state = 'failed';
+  CREATE INDEX jobs_dead_letters ON {s}.jobs (tenant, type, error_code, finished_at, id) WHERE state = 'failed';
 
   CREATE OR REPLACE FUNCTION {s}.apply_transitions(p_items json, p_rounds integer) RETURNS integer[]
   LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
@@ -553,6 +557,7 @@ export const MIGRATIONS: readonly string[] = [
             run_at = CASE WHEN i.m & 1 <> 0 THEN i.run_at ELSE j.run_at END,
             result = CASE WHEN i.m & 2 <> 0 THEN i.result ELSE j.result END,
             error = CASE WHEN i.m & 4 <> 0 THEN i.error ELSE j.error END,
+            error_code = CASE WHEN i.m & 4 <> 0 THEN i.error->>'code' ELSE j.error_code END,
             finished_at = CASE WHEN i.m & 8 <> 0 THEN i.finished_at ELSE j.finished_at END,
             expires_at = CASE WHEN i.m & 16 <> 0 THEN i.expires_at ELSE j.expires_at END,
             attempts = CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,

@@ -1,8 +1,8 @@
 /**
  * SqliteStore's part of the dead-letter contract (DeadLetterStore in ../dead-letter-store.ts):
  * reading the attempt history (written by transitions.ts), and the failed jobs by group, page
- * and filter. Reads only. The filters follow the index jobs_dead_letters (tenant, type, error
- * code, finished_at, id; failed jobs only): `DEAD_LETTER_CODE_SQL` must stay its expression.
+ * and filter. Reads only. The filters follow the index jobs_dead_letters (tenant, type,
+ * error_code, finished_at, id; failed jobs only), which covers the grouped listing.
  */
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import type { JobError } from '../../core/errors.js';
@@ -13,8 +13,8 @@ import { parseJson } from '../job-row.js';
 import { jobJson, jobsFromRows } from './rows.js';
 import { arrays, statementCache } from './sql.js';
 
-/** A failed job's error code, as the index jobs_dead_letters has it. */
-export const DEAD_LETTER_CODE_SQL = "json_extract(j.error, '$.code')";
+/** A failed job's error code (kept by transitions.ts), as the index jobs_dead_letters has it. */
+export const DEAD_LETTER_CODE_SQL = 'j.error_code';
 
 /** The groups of a filter's failed jobs (GROUP BY follows the index order: no sort of the jobs). */
 export function deadLetterGroupsSql(where: readonly string[]): string {

@@ -55,6 +55,7 @@ const PARAMS: Readonly<Record<string, (p: TransitionParams) => SQLInputValue>> =
   runAt: (p) => p.patch?.runAt ?? null,
   result: (p) => json(p.patch?.result),
   error: (p) => json(p.patch?.error),
+  errorCode: (p) => p.patch?.error?.code ?? null,
   finishedAt: (p) => p.patch?.finishedAt ?? null,
   expiresAt: (p) => p.patch?.expiresAt ?? null,
   cancelReason: (p) => (p.patch?.cancelRequest ? p.patch.cancelRequest.reason : null),
@@ -68,7 +69,7 @@ function sqlOf(shape: number): string {
   let attempt = 'attempts';
   if (shape & RUN_AT) sets.push('run_at = @runAt');
   if (shape & RESULT) sets.push('result = @result');
-  if (shape & ERROR) sets.push('error = @error');
+  if (shape & ERROR) sets.push('error = @error', 'error_code = @errorCode');
   if (shape & FINISHED_AT) sets.push('finished_at = @finishedAt');
   if (shape & EXPIRES_AT) sets.push('expires_at = @expiresAt');
   if (shape & RESET_ATTEMPTS) {

@@ -189,6 +189,20 @@ export function runDeadLetterContract(name: string, makeStore: () => Promise<Sto
         );
       });
 
+      it("follows a job's latest error: failed again with another code, it moves to that group", async () => {
+        const f = await failed('m', 'FIRST', T0 + 1);
+        assert.ok(await apply({ id: f.id, from: 'failed', to: 'queued', reason: 'manual retry', at: T0 + 2, patch: { resetAttempts: true, finishedAt: null } }));
+        assert.deepEqual(await store.deadLetterGroups({ filter: { type: 'm' }, limit: 10 }), [], 'a retried job is no dead letter');
+        const again = await claimOne({ types: [{ type: 'm' }] });
+        assert.ok(await apply({ id: f.id, from: 'running', to: 'failed', lease: again.lease, reason: 'fatal', at: T0 + 3, patch: { error: { message: 'x', code: 'SECOND', retryable: false }, finishedAt: T0 + 3 } }));
+        assert.deepEqual(await store.deadLetterGroups({ filter: { type: 'm' }, limit: 10 }), [{ tenant: 'acme', type: 'm', code: 'SECOND', count: 1, lastFailedAt: T0 + 3 }]);
+        assert.equal((await store.failedJobs({ filter: { code: 'FIRST' }, limit: 10, order: 'asc' })).length, 0);
+        // A failure without an error is a group of its own, code null.
+        const bare = await running({ type: 'n' });
+        assert.ok(await apply({ id: bare.id, from: 'running', to: 'failed', lease: bare.lease, reason: 'fatal', at: T0 + 4, patch: { finishedAt: T0 + 4 } }));
+        assert.deepEqual(await store.deadLetterGroups({ filter: { type: 'n' }, limit: 10 }), [{ tenant: 'acme', type: 'n', code: null, count: 1, lastFailedAt: T0 + 4 }]);
+      });
+
       it('lists failed jobs by filter, in pages over (finishedAt, id), either way', async () => {
         const jobs: JobRecord[] = [];
         for (let i = 0; i < 5; i++) jobs.push(await failed('a', i % 2 === 0 ? 'E1' : 'E2', T0 + 10 + (i < 2 ? 0 : i)));
