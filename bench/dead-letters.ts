@@ -63,19 +63,21 @@ async function openStore(kind: string): Promise<{ store: Store; drop: () => Prom
   return { store: new PostgresStore({ connectionString: db.url }), drop: () => db.drop() };
 }
 
-/** Processed jobs/s of `jobs` jobs of `task` until all failed. */
-async function failureRun(kind: string, task: typeof fatal): Promise<number> {
+/** Processed jobs/s of `jobs` jobs of `task` until all failed, and this process's CPU µs per job (all of it on SQLite). */
+async function failureRun(kind: string, task: typeof fatal): Promise<{ rate: number; cpuUs: number }> {
   const { store, drop } = await openStore(kind);
   const lh = await Longhaul.open({ store, tasks: [task], logger, channel: false });
   try {
     for (let i = 0; i < JOBS; i += 1000) await lh.submitMany(Array.from({ length: Math.min(1000, JOBS - i) }, () => ({ type: task.type, input: {} })));
     const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
     const worker = await lh.startWorker({ concurrency: CONCURRENCY, sweeper: false });
     await until(() => worker.stats.failed >= JOBS, 5);
     const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(cpu0);
     const counts = await lh.store.countByState({});
     if (counts.failed !== JOBS) throw new Error(`expected ${JOBS} failed, found ${JSON.stringify(counts)}`);
-    return JOBS / (ms / 1000);
+    return { rate: JOBS / (ms / 1000), cpuUs: (cpu.user + cpu.system) / JOBS };
   } finally {
     await lh.close();
     await store.close();
@@ -191,9 +193,13 @@ try {
   for (const kind of STORES) {
     if (!boolFlag('skip-failures')) {
       for (const task of [fatal, retried]) {
-        const rates: number[] = [];
-        for (let r = 0; r < RUNS; r++) rates.push(await failureRun(kind, task));
-        console.log(`${kind}  ${task.type.padEnd(14)} ${JOBS} jobs, concurrency ${CONCURRENCY}: ${rates.map((x) => Math.round(x)).join(' ')} jobs/s (median ${Math.round(median(rates))})`);
+        const runs: Array<{ rate: number; cpuUs: number }> = [];
+        for (let r = 0; r < RUNS; r++) runs.push(await failureRun(kind, task));
+        const rates = runs.map((x) => x.rate);
+        const cpu = runs.map((x) => x.cpuUs);
+        console.log(
+          `${kind}  ${task.type.padEnd(14)} ${JOBS} jobs, concurrency ${CONCURRENCY}: ${rates.map((x) => Math.round(x)).join(' ')} jobs/s (median ${Math.round(median(rates))}); CPU µs/job ${cpu.map((x) => x.toFixed(0)).join(' ')} (median ${median(cpu).toFixed(0)})`,
+        );
       }
     }
     if (!boolFlag('skip-reads')) await reads(kind);
