@@ -2,7 +2,7 @@
  * The cost of dead letters on SQLite and PostgreSQL.
  *
  *   node --import tsx bench/dead-letters.ts [--store sqlite,postgres] [--jobs 10000] [--runs 3]
- *        [--concurrency 50] [--failed 50000] [--lib dist] [--pg postgres://...] [--skip-failures] [--skip-reads]
+ *        [--concurrency 50] [--failed 50000] [--lib dist] [--pg postgres://...] [--skip-failures] [--skip-reads] [--source-maps]
  *
  * (a) Failure throughput (public API only, so that `--lib` can point at a build from before the
  *     attempt history, for a before/after): `jobs` jobs of a task that throws a FatalError
@@ -33,6 +33,10 @@ type Lib = typeof import('../src/index.js');
 const lib: Lib = LIB === undefined ? await import('../src/index.js') : ((await import(pathToFileURL(resolve(LIB, 'index.js')).href)) as Lib);
 const { defineTask, FatalError, Longhaul, PostgresStore, SqliteStore } = lib;
 const logger = pino({ level: 'silent' });
+// tsx turns source maps on, and with them every stack a failure formats is mapped frame by frame
+// (dist/ ships .map files): several times the cost of the stack itself. Production runs
+// `node dist/...` without them; `--source-maps` keeps them on.
+if (!boolFlag('source-maps')) process.setSourceMapsEnabled(false);
 const dir = mkdtempSync(join(tmpdir(), 'longhaul-dl-bench-'));
 
 const fatal = defineTask({
