@@ -21,6 +21,7 @@ import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Lo
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { renderMigrations } from '../../src/store/postgres/schema.js';
+import { deadLetterGroupsSql, deadLetterWhere, failedJobsSql } from '../../src/store/postgres/dead-letter-ops.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import type { SqlTransaction } from '../../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
@@ -193,6 +194,30 @@ describe('PostgresStore specifics', () => {
       assert.equal((await old.deadLetterGroups({ filter: {}, limit: 10 })).length, 2);
     } finally {
       await old.close();
+    }
+  });
+
+  it('dead-letter reads can be index-only scans of jobs_dead_letters: groups without a sort, a page seeking its cursor', async () => {
+    const store = await openStore();
+    const client = await store.pool.connect();
+    try {
+      // A tiny table is read sequentially whatever the indexes: ask what the plan is when it is not.
+      await client.query('SET enable_seqscan = off');
+      const explain = async (sql: string, values: unknown[]) =>
+        ((await client.query({ text: `EXPLAIN (COSTS OFF) ${sql}`, values })).rows as Array<Record<string, string>>).map((r) => r['QUERY PLAN']).join('\n');
+      const tenant = deadLetterWhere({ tenant: 'acme' });
+      const groups = await explain(deadLetterGroupsSql(`"${store.schema}"`, tenant.where, tenant.values.length + 1), [...tenant.values, 10]);
+      assert.match(groups, /GroupAggregate[\s\S]*Index Only Scan using jobs_dead_letters/, groups);
+      assert.doesNotMatch(groups.split('GroupAggregate')[1] ?? '', /Sort\b/, groups);
+      const group = deadLetterWhere({ tenant: 'acme', type: 'report', code: 'E' });
+      const where = [...group.where, `(j.finished_at, j.id) < ($${group.values.length + 1}::bigint, $${group.values.length + 2}::uuid)`];
+      const page = await explain(failedJobsSql(`"${store.schema}"`, where, 'desc', 'j.id', group.values.length + 3), [...group.values, T0, newJob().id, 10]);
+      assert.match(page, /Index Only Scan Backward using jobs_dead_letters/, page);
+      assert.match(page, /Index Cond: .*ROW\(finished_at, id\) < ROW/, page);
+      assert.doesNotMatch(page, /Sort\b/, page);
+    } finally {
+      client.release();
+      await store.close();
     }
   });
 

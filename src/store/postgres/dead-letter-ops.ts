@@ -17,6 +17,20 @@ import { JOB_SELECT, rowToJob } from './rows.js';
 /** A failed job's error code (kept by apply_transitions), as the index jobs_dead_letters has it. */
 export const DEAD_LETTER_CODE_SQL = 'j.error_code';
 
+/** The groups of a filter's failed jobs, in schema `s` (`limit` is the last value). */
+export function deadLetterGroupsSql(s: string, where: readonly string[], limitParam: number): string {
+  return `SELECT j.tenant, j.type, ${DEAD_LETTER_CODE_SQL} AS code, count(*)::bigint, max(j.finished_at) AS last FROM ${s}.jobs j
+    WHERE ${where.join(' AND ')} GROUP BY j.tenant, j.type, ${DEAD_LETTER_CODE_SQL}
+    ORDER BY last DESC NULLS LAST, j.tenant, j.type, code LIMIT $${limitParam}`;
+}
+
+/** A page of a filter's failed jobs (`select` over `jobs j LEFT JOIN progress p`), in order, `limit` the last value. */
+export function failedJobsSql(s: string, where: readonly string[], order: 'asc' | 'desc', select: string, limitParam: number): string {
+  const dir = order === 'asc' ? 'ASC' : 'DESC';
+  return `SELECT ${select} FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id
+    WHERE ${where.join(' AND ')} ORDER BY j.finished_at ${dir}, j.id ${dir} LIMIT $${limitParam}`;
+}
+
 /** The WHERE clause and values of a filter over failed jobs (`j`); `values` may already hold some. */
 export function deadLetterWhere(filter: DeadLetterFilter, values: unknown[] = []): { where: string[]; values: unknown[] } {
   const where = ["j.state = 'failed'"];
@@ -78,12 +92,7 @@ export class PgDeadLetterOps {
   async deadLetterGroups(params: { filter: DeadLetterFilter; limit: number }): Promise<DeadLetterGroup[]> {
     const { where, values } = deadLetterWhere(params.filter);
     values.push(Math.max(0, Math.floor(params.limit)));
-    const rows = await this.rows(
-      `SELECT j.tenant, j.type, ${DEAD_LETTER_CODE_SQL} AS code, count(*)::bigint, max(j.finished_at) AS last FROM ${this.s}.jobs j
-       WHERE ${where.join(' AND ')} GROUP BY j.tenant, j.type, ${DEAD_LETTER_CODE_SQL}
-       ORDER BY last DESC NULLS LAST, j.tenant, j.type, code LIMIT $${values.length}`,
-      values,
-    );
+    const rows = await this.rows(deadLetterGroupsSql(this.s, where, values.length), values);
     return rows.map((r) => ({
       tenant: r[0] as string,
       type: r[1] as string,
@@ -95,17 +104,12 @@ export class PgDeadLetterOps {
 
   async failedJobs(params: { filter: DeadLetterFilter; limit: number; order: 'asc' | 'desc'; cursor?: DeadLetterCursor | null }): Promise<JobRecord[]> {
     const { where, values } = deadLetterWhere(params.filter);
-    const dir = params.order === 'asc' ? 'ASC' : 'DESC';
     if (params.cursor) {
       values.push(params.cursor.finishedAt, isUuid(params.cursor.id) ? params.cursor.id : '00000000-0000-0000-0000-000000000000');
       where.push(`(j.finished_at, j.id) ${params.order === 'asc' ? '>' : '<'} ($${values.length - 1}::bigint, $${values.length}::uuid)`);
     }
     values.push(Math.max(0, Math.floor(params.limit)));
-    const rows = await this.rows(
-      `SELECT ${JOB_SELECT} FROM ${this.s}.jobs j LEFT JOIN ${this.s}.progress p ON p.job_id = j.id
-       WHERE ${where.join(' AND ')} ORDER BY j.finished_at ${dir}, j.id ${dir} LIMIT $${values.length}`,
-      values,
-    );
+    const rows = await this.rows(failedJobsSql(this.s, where, params.order, JOB_SELECT, values.length), values);
     return rows.map((r) => rowToJob(r));
   }
 }
