@@ -20,6 +20,9 @@ import * as reads from './facade/reads.js';
 import { Schedules } from './facade/schedules.js';
 import { channelReady, defaultChannel, Runtime, type StartWorkerOptions, storeFor, type WorkerHandle } from './facade/runtime.js';
 import { type PurgeFilter, type PurgeOutcome, purgeJobs } from './facade/purge.js';
+import * as deadLetters from './facade/dead-letters.js';
+import { taskTypes } from './facade/task-types.js';
+import type { AttemptPage, DeadLetterGroupView, DeadLetterOutcome, TaskTypeView } from './core/api-types.js';
 import { type BatchItem, type BatchOptions, type SubmitOptions, Submission } from './facade/submission.js';
 import { type WatchContext, type WatchOptions, watchJob } from './facade/watch.js';
 import type { MigrationResult, SnapshotJson, Store } from './store/store.js';
@@ -32,6 +35,7 @@ export type { JobStats, ListOptions, PublicTransition, TenantScope, WebhookDeliv
 export type { StartWorkerOptions, WorkerHandle } from './facade/runtime.js';
 export type { BatchItem, BatchOptions, SubmitOptions } from './facade/submission.js';
 export type { PurgeFilter, PurgeOutcome } from './facade/purge.js';
+export type { DeadLetterJobPage, DeadLetterPageOptions, DeadLetterSelection } from './facade/dead-letters.js';
 export type { SignalOutcome } from './workflow/signals.js';
 
 export interface OpenOptions extends ConfigOptions {
@@ -338,6 +342,48 @@ export class Longhaul {
   async purge(filter: PurgeFilter): Promise<PurgeOutcome> {
     this.assertOpen();
     return purgeJobs({ store: this.store, eraser: this.runtime.eraser }, filter);
+  }
+
+  // ---- dead letters (facade/dead-letters.ts) and task types (facade/task-types.ts) ----------
+
+  /**
+   * A job's attempts, oldest first: each that ended without succeeding (its error, stack, worker
+   * and times, kept as it ended), then the one running now or the one that succeeded. Paged:
+   * `limit` (default 100, at most 1000) and the `nextCursor` of the previous page.
+   */
+  async attempts(id: string, options: reads.TenantScope & { limit?: number; cursor?: string | null } = {}): Promise<AttemptPage> {
+    this.assertOpen();
+    const { limit, cursor, ...scope } = options;
+    return deadLetters.listAttempts(this.store, id, scope, { ...(limit === undefined ? {} : { limit }), ...(cursor === undefined ? {} : { cursor }) });
+  }
+
+  /** Failed jobs grouped by task type and error code, with counts and the newest failure; `tenant` absent: every tenant's. */
+  async deadLetterGroups(selection: deadLetters.DeadLetterSelection & { limit?: number } = {}): Promise<DeadLetterGroupView[]> {
+    this.assertOpen();
+    return deadLetters.deadLetterGroups(this.store, selection);
+  }
+
+  /** Failed jobs of a selection (e.g. one group's type and code), newest failure first, in pages. */
+  async deadLetterJobs(options: deadLetters.DeadLetterPageOptions = {}): Promise<deadLetters.DeadLetterJobPage> {
+    this.assertOpen();
+    return deadLetters.deadLetterJobs({ ...this.readCtx, store: this.store }, options);
+  }
+
+  /** Replays the selected failed jobs (each a manual retry, as `retry`), in batches; resolves to how many were queued again. */
+  async retryDeadLetters(selection: deadLetters.DeadLetterSelection = {}): Promise<DeadLetterOutcome> {
+    this.assertOpen();
+    return deadLetters.retryDeadLetters({ store: this.store, bus: this.bus, eraser: this.runtime.eraser }, selection);
+  }
+
+  /** Deletes the selected failed jobs with their rows and files, in batches; resolves to how many were deleted. */
+  async discardDeadLetters(selection: deadLetters.DeadLetterSelection = {}): Promise<DeadLetterOutcome> {
+    this.assertOpen();
+    return deadLetters.discardDeadLetters({ store: this.store, bus: this.bus, eraser: this.runtime.eraser }, selection);
+  }
+
+  /** The task types this instance accepts submissions of, with their input's JSON Schema (null when none is known). */
+  taskTypes(): TaskTypeView[] {
+    return taskTypes(this.taskMap);
   }
 
   // ---- runtime (facade/runtime.ts) ---------------------------------------------------------

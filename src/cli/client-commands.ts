@@ -1,4 +1,4 @@
-/** The CLI commands that talk to a running server over HTTP: submit, status, ls, cancel, retry, purge. */
+/** The CLI commands that talk to a running server over HTTP: submit, status, ls, cancel, retry, purge (and, from their own modules, workflows, schedules, dead letters). */
 import type { Command } from 'commander';
 import { LonghaulApiError, LonghaulClient } from '../client/index.js';
 import type { JobSnapshot } from '../core/job.js';
@@ -9,6 +9,7 @@ import { CliError } from './runtime.js';
 import { outcomeLine, watchJob } from './watch.js';
 import { registerScheduleCommands } from './schedule-commands.js';
 import { registerWorkflowCommands } from './workflow-commands.js';
+import { registerDeadLetterCommands } from './dead-letter-commands.js';
 import { parseJson } from '../core/json-text.js';
 
 export interface ClientFlags {
@@ -205,10 +206,11 @@ export function registerClientCommands(program: Command): void {
       }
       const d = out.deleted;
       process.stdout.write(
-        `deleted ${d.jobs} jobs, ${d.files} files (${d.resultFiles} file records, ${d.progress} progress rows, ${d.webhooks} webhook targets, ${d.deliveries} delivery log entries, ${d.signals} signals)\n`,
+        `deleted ${d.jobs} jobs, ${d.files} files (${d.resultFiles} file records, ${d.progress} progress rows, ${d.webhooks} webhook targets, ${d.deliveries} delivery log entries, ${d.signals} signals, ${d.attempts ?? 0} attempt records)\n`,
       );
       if (out.skipped > 0) process.stderr.write(`skipped ${out.skipped} jobs that have not ended: cancel them, then purge again\n`);
     });
   registerWorkflowCommands(program);
   registerScheduleCommands(program);
+  registerDeadLetterCommands(program);
 }

@@ -6,7 +6,20 @@
  * (not `EventSource`, so the API key travels in the `Authorization` header, and the stream can
  * resume, fall back to polling and be aborted under our control).
  */
-import type { JobStats, JobTransition, ScheduleInput, SchedulePatch, ScheduleView, SnapshotPage, StreamToken } from '../core/api-types.js';
+import type {
+  AttemptPage,
+  DeadLetterGroupView,
+  DeadLetterOutcome,
+  JobStats,
+  JobTransition,
+  ScheduleInput,
+  SchedulePatch,
+  ScheduleView,
+  SnapshotPage,
+  StreamToken,
+  TaskTypeView,
+} from '../core/api-types.js';
+import { type AttemptListOptions, attemptQuery, type DeadLetterListOptions, type DeadLetterRequest, deadLetterBody, deadLetterQuery } from './dead-letter-requests.js';
 import type { JobSnapshot } from '../core/job.js';
 import { isTerminal } from '../core/states.js';
 import { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
@@ -184,6 +197,46 @@ export class LonghaulClient {
   async transitions(id: string, options: RequestOptions = {}): Promise<JobTransition[]> {
     const res = await this.request('GET', `/v1/jobs/${enc(id)}/transitions`, { signal: options.signal });
     return (parseJson(await res.text()) as { items: JobTransition[] }).items;
+  }
+
+  /**
+   * A page of the job's attempts, oldest first: each one's error, stack, worker and times, the
+   * one running now last. Pass the page's `nextCursor` as `cursor` for the next.
+   */
+  async attempts(id: string, options: AttemptListOptions = {}): Promise<AttemptPage> {
+    const res = await this.request('GET', `/v1/jobs/${enc(id)}/attempts`, { query: attemptQuery(options), signal: options.signal });
+    return parseJson(await res.text()) as AttemptPage;
+  }
+
+  /** Failed jobs grouped by task type and error code, with counts and the newest failure, newest first. */
+  async deadLetters(options: DeadLetterListOptions = {}): Promise<DeadLetterGroupView[]> {
+    const res = await this.request('GET', '/v1/dead-letters', { query: deadLetterQuery(options), signal: options.signal });
+    return (parseJson(await res.text()) as { items: DeadLetterGroupView[] }).items;
+  }
+
+  /** A page of the failed jobs of a filter (a group: `type` and `code`), newest failure first. */
+  async deadLetterJobs(options: DeadLetterListOptions = {}): Promise<SnapshotPage> {
+    const res = await this.request('GET', '/v1/dead-letters/jobs', { query: deadLetterQuery(options), signal: options.signal });
+    const page = parseJson(await res.text()) as { items: JobSnapshot[]; nextCursor?: string | null };
+    return { items: page.items, nextCursor: page.nextCursor ?? null };
+  }
+
+  /** Replays (manually retries) the failed jobs of a filter or of `ids`; resolves to how many were queued again. */
+  async retryDeadLetters(request: DeadLetterRequest = {}): Promise<DeadLetterOutcome> {
+    const res = await this.request('POST', '/v1/dead-letters/retry', { body: deadLetterBody(request), signal: request.signal });
+    return parseJson(await res.text()) as DeadLetterOutcome;
+  }
+
+  /** Deletes the failed jobs of a filter or of `ids`, with their rows and files; resolves to how many were deleted. */
+  async discardDeadLetters(request: DeadLetterRequest = {}): Promise<DeadLetterOutcome> {
+    const res = await this.request('POST', '/v1/dead-letters/discard', { body: deadLetterBody(request), signal: request.signal });
+    return parseJson(await res.text()) as DeadLetterOutcome;
+  }
+
+  /** The task types the server accepts, with the JSON Schema of their input (null when it has none). */
+  async taskTypes(options: RequestOptions = {}): Promise<TaskTypeView[]> {
+    const res = await this.request('GET', '/v1/task-types', { signal: options.signal });
+    return parseJson(await res.text()) as TaskTypeView[];
   }
 
   async stats(options: RequestOptions = {}): Promise<JobStats> {

@@ -2,7 +2,21 @@
  * `longhaul/client`: the typed SDK of the Longhaul HTTP API for Node and browsers (fetch only,
  * no Node-only modules).
  */
-export type { JobStats, JobTransition, ScheduleInput, SchedulePatch, ScheduleView, SnapshotPage as JobPage, StreamToken } from '../core/api-types.js';
+export type {
+  AttemptPage,
+  DeadLetterGroupView,
+  DeadLetterOutcome,
+  JobAttempt,
+  JobStats,
+  JobTransition,
+  ScheduleInput,
+  SchedulePatch,
+  ScheduleView,
+  SnapshotPage as JobPage,
+  StreamToken,
+  TaskTypeView,
+} from '../core/api-types.js';
+export type { AttemptListOptions, DeadLetterFilter, DeadLetterListOptions, DeadLetterRequest } from './dead-letter-requests.js';
 export type { FieldIssue as FieldError, JobError } from '../core/errors.js';
 export type { JobSnapshot, Priority } from '../core/job.js';
 export type { Progress } from '../core/progress.js';

@@ -120,6 +120,6 @@ export interface PurgeRequest {
 
 /** What a purge removed: rows per table, blobs deleted, and matching jobs left because they have not ended. */
 export interface PurgeResponse {
-  deleted: { jobs: number; files: number; progress: number; resultFiles: number; webhooks: number; deliveries: number; signals: number };
+  deleted: { jobs: number; files: number; progress: number; resultFiles: number; webhooks: number; deliveries: number; signals: number; attempts: number };
   skipped: number;
 }

@@ -79,3 +79,76 @@ export interface ScheduleView {
   createdAt: string;
   updatedAt: string;
 }
+
+/**
+ * One attempt of a job (`GET /v1/jobs/{id}/attempts`), oldest first. Attempts that ended without
+ * succeeding are recorded when they end; the attempt running now (`outcome` 'running', `endedAt`
+ * null) and the one that succeeded are read from the job itself.
+ */
+export interface JobAttempt {
+  /** Its number in its attempt budget (1-based; a manual retry starts a new budget at 1). */
+  attempt: number;
+  workerId: string | null;
+  /** ISO 8601. */
+  startedAt: string | null;
+  /** ISO 8601; null while it runs. */
+  endedAt: string | null;
+  /** The state the attempt left the job in: failed, retrying, cancelled, waiting, succeeded; or running. */
+  outcome: JobState;
+  /** Why, as the transition log says it ('retry scheduled', 'heartbeat lost; requeued', 'shutdown'...); null for a running attempt. */
+  reason: string | null;
+  error: { message: string; code: string; retryable: boolean } | null;
+  /** The stack of what the handler threw (cut to 8192 characters), when it threw an Error. */
+  stack: string | null;
+}
+
+/** A page of attempts. */
+export interface AttemptPage {
+  items: JobAttempt[];
+  nextCursor: string | null;
+}
+
+/** Failed jobs of one task type and error code (`GET /v1/dead-letters`). */
+export interface DeadLetterGroupView {
+  type: string;
+  /** The error code; null for a job that failed without an error. */
+  code: string | null;
+  count: number;
+  /** ISO 8601: the newest failure in the group. */
+  lastFailedAt: string;
+  /** Present in an admin's all-tenant listing (`tenant=*`). */
+  tenant?: string;
+}
+
+/**
+ * Which failed jobs a dead-letter operation acts on (`POST /v1/dead-letters/retry|discard`). Every
+ * field narrows; `ids` picks jobs out. Times are ISO 8601 (or ms since the epoch).
+ */
+export interface DeadLetterSelection {
+  type?: string;
+  code?: string;
+  /** Failed at or after this time. */
+  failedAfter?: string | number;
+  /** Failed before this time. */
+  failedBefore?: string | number;
+  ids?: string[];
+  /** Admins only (LONGHAUL_ADMIN_TENANTS): another tenant's jobs, or '*' for every tenant's. */
+  tenant?: string;
+}
+
+/** What a bulk dead-letter operation did: how many jobs it retried or discarded. */
+export interface DeadLetterOutcome {
+  count: number;
+}
+
+/** A registered task type (`GET /v1/task-types`), for forms that submit jobs. */
+export interface TaskTypeView {
+  type: string;
+  /** The JSON Schema of its input, when the task declares one (a Standard Schema without a JSON Schema gives null). */
+  inputSchema: Record<string, unknown> | boolean | null;
+  description: string | null;
+  maxAttempts: number | null;
+  priority: string | null;
+  timeoutMs: number | null;
+  concurrency: number | null;
+}

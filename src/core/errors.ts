@@ -101,6 +101,22 @@ export function storableJobError(e: JobError): JobError {
   return message === e.message && code === e.code ? e : { ...e, message, code };
 }
 
+/**
+ * The stack of a thrown Error, cut to MAX_ATTEMPT_STACK characters and made storable; undefined
+ * for anything else (a thrown string has no stack). Kept in the attempt history only.
+ */
+export function errorStack(err: unknown, max: number): string | undefined {
+  if (!(err instanceof Error)) return undefined;
+  let stack: unknown;
+  try {
+    stack = err.stack;
+  } catch {
+    return undefined;
+  }
+  if (typeof stack !== 'string' || stack === '') return undefined;
+  return escapeUnstorable(stack.length > max ? `${stack.slice(0, max)}…` : stack);
+}
+
 function classifyRaw(err: unknown): Classified {
   if (err instanceof RetryableError) {
     return { error: { message: err.message, code: err.code, retryable: true }, ...(err.delayMs === undefined ? {} : { delayMs: err.delayMs }) };

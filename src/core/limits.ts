@@ -11,6 +11,14 @@ export const MAX_ATTEMPTS_LIMIT = 1000;
 export const MAX_IDEMPOTENCY_KEY = 255;
 /** Jobs in one batch over HTTP (`POST /v1/batches`, or an array to `POST /v1/jobs`). */
 export const MAX_BATCH_JOBS = 1000;
+/** Characters of a failed attempt's stack kept in its attempt history (the rest is cut). */
+export const MAX_ATTEMPT_STACK = 8192;
+/** Attempts per page of `GET /v1/jobs/{id}/attempts`, and jobs per page of a dead-letter group. */
+export const MAX_PAGE_LIMIT = 1000;
+/** Jobs a bulk dead-letter retry or discard moves per transaction (the retention sweeper's batch). */
+export const DEAD_LETTER_BATCH = 500;
+/** Job ids a bulk dead-letter retry or discard may name at once (`ids`). */
+export const MAX_DEAD_LETTER_IDS = 1000;
 /** How deeply `input` and `metadata` may nest (deeper JSON is refused rather than risking the stack). */
 export const MAX_JSON_DEPTH = 64;
 

@@ -32,6 +32,11 @@ export interface JobPatch {
   /** Set (with a reason) or clear the cancel request. */
   cancelRequest?: { reason: string } | false;
   stalled?: boolean;
+  /**
+   * The stack of what ended the attempt (a handler's thrown error): kept in the attempt history
+   * only (`job_attempts`), never on the job or its snapshot.
+   */
+  stack?: string;
 }
 
 /** One compare-and-swap write of a job's state. */
@@ -124,6 +129,15 @@ export function requestCancel(job: JobRef, now: number): TransitionParams {
     at: now,
     patch: { cancelRequest: { reason: 'user' } },
   };
+}
+
+/**
+ * Whether an applied write ends an attempt that the store records in the attempt history: the
+ * job leaves `running` for anything but `succeeded` (a success is read from the job itself, so
+ * the hot completion path writes nothing more; see docs/operations.md, dead letters).
+ */
+export function endsRecordedAttempt(write: Pick<TransitionParams, 'from' | 'to'>): boolean {
+  return write.from === 'running' && write.to !== 'running' && write.to !== 'succeeded';
 }
 
 /** A failed or cancelled job → queued with a fresh attempt budget; it resumes from its checkpoint. */

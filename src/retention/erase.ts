@@ -6,6 +6,7 @@
  * whose next deletion deletes their files again, never files nobody can find.
  */
 import { type RetentionPolicy, retentionRules } from '../core/retention.js';
+import type { JobState } from '../core/states.js';
 import type { DeletedRows, EndedJobFilter, ResultFileStore, RetentionStore } from '../store/store.js';
 
 /** What an erasure removed: rows per table, and blobs deleted from blob storage. */
@@ -13,7 +14,7 @@ export interface Erased extends DeletedRows {
   files: number;
 }
 
-export const NOTHING_ERASED: Erased = Object.freeze({ jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0, files: 0 });
+export const NOTHING_ERASED: Erased = Object.freeze({ jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0, attempts: 0, files: 0 });
 
 export interface EraserOptions {
   store: RetentionStore & Pick<ResultFileStore, 'listResults'>;
@@ -40,8 +41,18 @@ export class Eraser {
     this.batch = options.batchSize ?? 500;
   }
 
+  /**
+   * Deletes the listed jobs that are ended (and in `states`, when given) and childless, files
+   * then rows, as one batch: the caller keeps batches to `batchSize` ids (a dead-letter discard).
+   */
+  async eraseJobs(ids: string[], states?: readonly JobState[]): Promise<Erased> {
+    const into: Erased = { ...NOTHING_ERASED };
+    if (ids.length > 0) await this.deleteBatch(ids, into, states);
+    return into;
+  }
+
   /** Deletes one batch of ids (files, then rows). */
-  private async deleteBatch(ids: string[], into: Erased): Promise<number> {
+  private async deleteBatch(ids: string[], into: Erased, states?: readonly JobState[]): Promise<number> {
     const { store, deleteFiles } = this.options;
     let files = 0;
     const withFiles = await store.listResults({ ids });
@@ -49,7 +60,7 @@ export class Eraser {
       if (!deleteFiles) throw new Error('jobs with result files cannot be deleted without blob storage');
       for (const id of withFiles.keys()) files += await deleteFiles(id);
     }
-    const rows = await store.deleteJobs({ ids });
+    const rows = await store.deleteJobs(states === undefined ? { ids } : { ids, states });
     add(into, rows, files);
     return rows.jobs;
   }

@@ -19,6 +19,7 @@ import { registerStreamRoutes, webSocketSession } from './routes/streams.js';
 import { registerUploadRoutes, type UploadRouteOptions } from './routes/uploads.js';
 import { registerScheduleRoutes } from './routes/schedules.js';
 import { registerPurgeRoutes } from './routes/purge.js';
+import { registerDeadLetterRoutes } from './routes/dead-letters.js';
 import { registerWorkflowRoutes } from './routes/workflow.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
@@ -228,6 +229,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerWorkflowRoutes(app, ctx);
   registerScheduleRoutes(app, ctx);
   registerPurgeRoutes(app, ctx);
+  registerDeadLetterRoutes(app, ctx);
   registerStreamRoutes(app, ctx);
   const files = options.files === undefined || options.files === true ? await filesOf(options.lh) : options.files;
   if (files) {

@@ -26,6 +26,8 @@ export interface DeletedRows {
   webhooks: number;
   deliveries: number;
   signals: number;
+  /** Rows of the attempt history (DeadLetterStore). */
+  attempts: number;
 }
 
 /**
@@ -42,6 +44,9 @@ export interface RetentionStore {
   endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>>;
   /** Jobs of the tenant/type that are not ended (a purge skips and reports them). */
   countOpenJobs(params: { tenant?: string; type?: string }): Promise<number>;
-  /** Deletes the listed jobs that are ended and childless, with their progress, result file records, webhook target, delivery log and signals. */
-  deleteJobs(params: { ids: readonly string[] }): Promise<DeletedRows>;
+  /**
+   * Deletes the listed jobs that are ended (in one of `states`, when given) and childless, with
+   * their progress, result file records, webhook target, delivery log, signals and attempt history.
+   */
+  deleteJobs(params: { ids: readonly string[]; states?: readonly JobState[] }): Promise<DeletedRows>;
 }

@@ -1,16 +1,17 @@
 /**
- * The storage contract, in six parts: the job queue (JobQueueStore), result files
+ * The storage contract, in seven parts: the job queue (JobQueueStore), result files
  * (ResultFileStore), the webhook outbox (WebhookOutboxStore), workflows (WorkflowStore),
- * schedules (ScheduleStore) and retention (RetentionStore). Every store (SQLite, PostgreSQL)
- * implements all six as one `Store` on one database, and one contract suite per
+ * schedules (ScheduleStore), retention (RetentionStore) and dead letters (DeadLetterStore). Every store (SQLite, PostgreSQL)
+ * implements all seven as one `Store` on one database, and one contract suite per
  * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it;
- * the workflow, schedule and retention parts are in workflow-store.ts, schedule-store.ts and
- * retention-store.ts, re-exported here.
+ * the workflow, schedule, retention and dead-letter parts are in workflow-store.ts,
+ * schedule-store.ts, retention-store.ts and dead-letter-store.ts, re-exported here.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
 import type { JobState } from '../core/states.js';
 import type { TransitionParams } from '../core/transitions.js';
+import type { DeadLetterStore } from './dead-letter-store.js';
 import type { RetentionStore } from './retention-store.js';
 import type { ScheduleStore } from './schedule-store.js';
 import type { WorkflowStore } from './workflow-store.js';
@@ -455,15 +456,16 @@ export interface WebhookOutboxStore {
 }
 
 
+export type * from './dead-letter-store.js';
 export type * from './retention-store.js';
 export type * from './schedule-store.js';
 export type * from './workflow-store.js';
 
 /**
- * A whole store: the six parts in one database, plus what concerns the database as a whole
+ * A whole store: the seven parts in one database, plus what concerns the database as a whole
  * (its schema, its connections, readiness). Code that needs one part takes that part's type.
  */
-export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore, RetentionStore {
+export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore, RetentionStore, DeadLetterStore {
   /**
    * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
    * the schema version found and the one left (equal when there was nothing to do).

@@ -94,6 +94,8 @@ export interface SagaStep<I = unknown> {
 
 export interface TaskOptions<S extends InputSchema | undefined = undefined, R = unknown, C = unknown> {
   type: string;
+  /** What the task does, in a sentence (listed by `GET /v1/task-types`, e.g. in the dashboard's submit form). */
+  description?: string;
   input?: S;
   /** Attempts in all, including the first. Default 3. */
   maxAttempts?: number;
@@ -140,6 +142,7 @@ export const TASK_BRAND: unique symbol = Symbol.for('longhaul.task');
 export interface Task<R = unknown> {
   readonly [TASK_BRAND]: true;
   readonly type: string;
+  readonly description: string | undefined;
   readonly input: InputSchema | undefined;
   readonly maxAttempts: number | undefined;
   readonly backoff: BackoffPolicy;
@@ -202,6 +205,7 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
   if (options.run !== undefined && typeof options.run !== 'function') throw new TypeError(`task "${type}": run must be a function`);
   if (options.stages !== undefined) checkParts(type, 'stages', options.stages);
   if (options.steps !== undefined) checkParts(type, 'steps', options.steps);
+  if (options.description !== undefined && typeof options.description !== 'string') throw new TypeError(`task "${type}": description must be a string`);
   positiveInt('maxAttempts', options.maxAttempts, type);
   positiveInt('concurrency', options.concurrency, type);
   positiveInt('checkpointVersion', options.checkpointVersion, type);
@@ -234,6 +238,7 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
   return Object.freeze({
     [TASK_BRAND]: true as const,
     type,
+    description: options.description,
     input: options.input,
     maxAttempts: options.maxAttempts,
     backoff,

@@ -31,6 +31,24 @@ export function isStandardSchema(schema: unknown): schema is StandardSchemaV1 {
   return typeof schema === 'object' && schema !== null && '~standard' in schema;
 }
 
+/**
+ * The JSON Schema of a task's input, for forms and docs: a JSON Schema as given; a Standard
+ * Schema's when it also implements Standard JSON Schema (`~standard.jsonSchema.input`, e.g.
+ * zod 4.2+, arktype, valibot through its converter); null otherwise (or when its converter throws).
+ */
+export function inputJsonSchema(schema: InputSchema | undefined): JsonSchema | null {
+  if (schema === undefined) return null;
+  if (!isStandardSchema(schema)) return schema;
+  const converter = (schema['~standard'] as { jsonSchema?: { input?: (options: { target: string }) => unknown } }).jsonSchema;
+  if (typeof converter?.input !== 'function') return null;
+  try {
+    const out = converter.input({ target: 'draft-2020-12' });
+    return typeof out === 'object' && out !== null ? (out as JsonSchema) : null;
+  } catch {
+    return null;
+  }
+}
+
 // ajv-formats is CommonJS; under NodeNext its default import is the module object.
 const addFormats = (addFormatsModule as unknown as { default: typeof addFormatsModule.default }).default;
 let ajv: Ajv | undefined;

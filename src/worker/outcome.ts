@@ -7,9 +7,10 @@
  * second on SQLite, so the common path allocates object literals only, no spreads.
  */
 import type { BackoffPolicy } from '../core/backoff.js';
-import { classifyError, type JobError } from '../core/errors.js';
+import { classifyError, errorStack, type JobError } from '../core/errors.js';
 import type { JobRecord } from '../core/job.js';
 import { decideAfterFailure } from '../core/lifecycle.js';
+import { MAX_ATTEMPT_STACK } from '../core/limits.js';
 import { afterFailure, type CancelKind, endCancelled, failFatal, handBack, succeed, type TransitionParams } from '../core/transitions.js';
 import type { AbortKind } from './abort.js';
 import { storedResult } from './attempt-end.js';
@@ -76,6 +77,8 @@ export function decideOutcome(
   }
   if (abort === 'cancelled' || abort === 'timeout') {
     const write = endCancelled(job, worker.id, now, abort, abort);
+    // A timeout's stack says where the handler was when it ran out of time; a cancel's is noise.
+    if (abort === 'timeout') withStack(write, result.error);
     // A timeout is the job's failure (its handler ran too long); a cancel is what its user asked for.
     const failure: FailedAttempt | null =
       abort === 'timeout' ? { thrown: result.error, error: write.patch?.error as JobError, next: 'cancelled', runAt: undefined } : null;
@@ -85,10 +88,17 @@ export function decideOutcome(
   const decision = decideAfterFailure(classifyError(result.error), job.attempts, job.maxAttempts, task.backoff, now, random);
   const runAt = decision.to === 'retrying' ? decision.runAt : undefined;
   return {
-    write: afterFailure(job, worker.id, now, decision),
+    write: withStack(afterFailure(job, worker.id, now, decision), result.error),
     stat: decision.to === 'failed' ? 'failed' : 'retried',
     failure: { thrown: result.error, error: decision.error, next: decision.to, runAt },
   };
+}
+
+/** Adds the stack of what the handler threw to a write that ends the attempt (attempt history only). */
+function withStack(write: TransitionParams, thrown: unknown): TransitionParams {
+  const stack = errorStack(thrown, MAX_ATTEMPT_STACK);
+  if (stack !== undefined && write.patch) write.patch.stack = stack;
+  return write;
 }
 
 /**

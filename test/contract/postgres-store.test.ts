@@ -21,6 +21,7 @@ import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Lo
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore, tenantBacklogSql } from '../../src/store/postgres/postgres-store.js';
 import { renderMigrations } from '../../src/store/postgres/schema.js';
+import { deadLetterGroupsSql, deadLetterWhere, failedJobsSql } from '../../src/store/postgres/dead-letter-ops.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import type { SqlTransaction } from '../../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
@@ -33,6 +34,7 @@ import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
 import { runClaimLimitsContract } from './store-contract/claim-limits.js';
 import { runTenantQuotaContract } from './store-contract/tenant-quota.js';
+import { runDeadLetterContract } from './store-contract/dead-letters.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
@@ -59,6 +61,7 @@ runScheduleContract(`postgres (${db.source})`, () => openStore());
 runRetentionContract(`postgres (${db.source})`, () => openStore());
 runClaimLimitsContract(`postgres (${db.source})`, () => openStore());
 runTenantQuotaContract(`postgres (${db.source})`, () => openStore());
+runDeadLetterContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 
@@ -168,6 +171,67 @@ describe('PostgresStore specifics', () => {
       );
     } finally {
       await old.close();
+    }
+  });
+
+  it("a version-5 schema upgrades to dead letters: jobs failed before are grouped by their error's code, new failures are recorded", async () => {
+    const schema = 'from_v5';
+    await admin(async (c) => {
+      await c.query(`CREATE SCHEMA "${schema}"`);
+      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      for (const [i, sql] of renderMigrations(schema).slice(0, 5).entries()) {
+        await c.query(sql);
+        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [i + 1]);
+      }
+    });
+    const old = new PostgresStore({ connectionString: db.url, schema });
+    try {
+      const before = newJob({ type: 'old' });
+      // A job that failed under version 5 (written in its columns: the store's own statements
+      // name columns added later): no attempt row, no error_code column yet.
+      await admin((c) =>
+        c.query(
+          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log, error, finished_at, attempts, lease)
+           VALUES ($1, 'acme', 'old', 'failed', 2, 3, $2, $2, $3, 30000, 60000, $4, $5::json, $3, 1, 1)`,
+          [before.id, T0, T0 + 1, `[null,"queued",${T0},"submitted",0,null]`, JSON.stringify({ message: 'm', code: 'OLD_CODE', retryable: false })],
+        ),
+      );
+      assert.deepEqual(await old.migrate(), { from: 5, to: PostgresStore.latestVersion });
+      assert.deepEqual(await old.deadLetterGroups({ filter: {}, limit: 10 }), [{ tenant: 'acme', type: 'old', code: 'OLD_CODE', count: 1, lastFailedAt: T0 + 1 }]);
+      assert.deepEqual(await old.listAttempts({ id: before.id, limit: 10 }), []);
+      const after = newJob({ type: 'old' });
+      await old.insertJob({ job: after });
+      const [c2] = await old.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 + 2 });
+      assert.ok(c2);
+      assert.deepEqual(await old.transition({ items: [{ id: after.id, from: 'running', to: 'failed', lease: c2.lease, reason: 'fatal', at: T0 + 3, patch: { error: { message: 'm', code: 'NEW_CODE', retryable: false }, finishedAt: T0 + 3 } }] }), [true]);
+      assert.deepEqual((await old.listAttempts({ id: after.id, limit: 10 }))?.map((a) => a.error?.code), ['NEW_CODE']);
+      assert.equal((await old.deadLetterGroups({ filter: {}, limit: 10 })).length, 2);
+    } finally {
+      await old.close();
+    }
+  });
+
+  it('dead-letter reads can be index-only scans of jobs_dead_letters: groups without a sort, a page seeking its cursor', async () => {
+    const store = await openStore();
+    const client = await store.pool.connect();
+    try {
+      // A tiny table is read sequentially whatever the indexes: ask what the plan is when it is not.
+      await client.query('SET enable_seqscan = off');
+      const explain = async (sql: string, values: unknown[]) =>
+        ((await client.query({ text: `EXPLAIN (COSTS OFF) ${sql}`, values })).rows as Array<Record<string, string>>).map((r) => r['QUERY PLAN']).join('\n');
+      const tenant = deadLetterWhere({ tenant: 'acme' });
+      const groups = await explain(deadLetterGroupsSql(`"${store.schema}"`, tenant.where, tenant.values.length + 1), [...tenant.values, 10]);
+      assert.match(groups, /GroupAggregate[\s\S]*Index Only Scan using jobs_dead_letters/, groups);
+      assert.doesNotMatch(groups.split('GroupAggregate')[1] ?? '', /Sort\b/, groups);
+      const group = deadLetterWhere({ tenant: 'acme', type: 'report', code: 'E' });
+      const where = [...group.where, `(j.finished_at, j.id) < ($${group.values.length + 1}::bigint, $${group.values.length + 2}::uuid)`];
+      const page = await explain(failedJobsSql(`"${store.schema}"`, where, 'desc', 'j.id', group.values.length + 3), [...group.values, T0, newJob().id, 10]);
+      assert.match(page, /Index Only Scan Backward using jobs_dead_letters/, page);
+      assert.match(page, /Index Cond: .*ROW\(finished_at, id\) < ROW/, page);
+      assert.doesNotMatch(page, /Sort\b/, page);
+    } finally {
+      client.release();
+      await store.close();
     }
   });
 

@@ -9,9 +9,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
+import type { SQLInputValue } from 'node:sqlite';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
 import { OPEN_CHILD_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
 import { PENDING_WEBHOOKS_SQL, SqliteStore, TENANT_BACKLOG_SQL } from '../../src/store/sqlite/sqlite-store.js';
+import { deadLetterGroupsSql, deadLetterWhere, failedJobsSql } from '../../src/store/sqlite/dead-letter-ops.js';
 import { newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
@@ -20,6 +22,7 @@ import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
 import { runClaimLimitsContract } from './store-contract/claim-limits.js';
 import { runTenantQuotaContract } from './store-contract/tenant-quota.js';
+import { runDeadLetterContract } from './store-contract/dead-letters.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -48,6 +51,7 @@ runScheduleContract('sqlite (file)', () => openStore());
 runRetentionContract('sqlite (file)', () => openStore());
 runClaimLimitsContract('sqlite (file)', () => openStore());
 runTenantQuotaContract('sqlite (file)', () => openStore());
+runDeadLetterContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];
@@ -166,6 +170,27 @@ describe('SqliteStore specifics', () => {
     );
   });
 
+  it("a version-5 database upgrades to dead letters: its failed jobs are grouped by their error's code", async () => {
+    const path = tempPath();
+    const { DatabaseSync } = await import('node:sqlite');
+    const raw = new DatabaseSync(path);
+    raw.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
+    for (const sql of MIGRATIONS.slice(0, 5)) raw.exec(sql);
+    raw.exec("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', '5')");
+    const old = newJob();
+    raw
+      .prepare(
+        `INSERT INTO jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, error, log)
+         VALUES (?, 'acme', 'report', 'failed', 2, 3, 1000, 0, 0, 5000, 30000, 60000, '{"message":"m","code":"OLD_CODE","retryable":false}', '[]')`,
+      )
+      .run(old.id);
+    raw.close();
+    const store = await track(Promise.resolve(new SqliteStore({ path })));
+    assert.deepEqual(await store.migrate(), { from: 5, to: MIGRATIONS.length });
+    assert.deepEqual(await store.deadLetterGroups({ filter: {}, limit: 10 }), [{ tenant: 'acme', type: 'report', code: 'OLD_CODE', count: 1, lastFailedAt: 5000 }]);
+    assert.deepEqual(await store.listAttempts({ id: old.id, limit: 10 }), [], 'no history from before the upgrade');
+  });
+
   it('refuses a database whose schema is newer than this code', async () => {
     const store = await track(openStore());
     store.db.prepare("UPDATE longhaul_meta SET value = ? WHERE key = 'schema_version'").run(String(MIGRATIONS.length + 1));
@@ -212,6 +237,19 @@ describe('SqliteStore specifics', () => {
     const s = await track(openStore());
     const plan = (s.db.prepare(`EXPLAIN QUERY PLAN ${TENANT_BACKLOG_SQL}`).all('acme', 10) as { detail: string }[]).map((r) => r.detail).join(' | ');
     assert.match(plan, /USING (COVERING )?INDEX jobs_tenant_backlog/, plan);
+  });
+  it('dead-letter reads follow jobs_dead_letters: groups without sorting the jobs, a page seeks its cursor', async () => {
+    const s = await track(openStore());
+    const plan = (sql: string, args: SQLInputValue[]) =>
+      (s.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map((r) => r.detail).join(' | ');
+    const tenant = deadLetterWhere({ tenant: 'acme' });
+    const groups = plan(deadLetterGroupsSql(tenant.where), [...tenant.args, 10]);
+    assert.match(groups, /SEARCH j USING COVERING INDEX jobs_dead_letters \(tenant=\?\)/, groups);
+    assert.doesNotMatch(groups, /FOR GROUP BY/, groups);
+    const group = deadLetterWhere({ tenant: 'acme', type: 'report', code: 'E' });
+    const page = plan(failedJobsSql([...group.where, '(j.finished_at, j.id) < (?, ?)'], 'desc', 'j.id'), [...group.args, 1, 'x', 10]);
+    assert.match(page, /SEARCH j USING (COVERING )?INDEX jobs_dead_letters \(tenant=\? AND type=\? AND error_code=\? AND \(finished_at,id\)<\(\?,\?\)\)/, page);
+    assert.doesNotMatch(page, /TEMP B-TREE/, page);
   });
   it('workflow reads are index probes: an open child of a parent, stranded parents, due waiting jobs', async () => {
     const s = await track(openStore());

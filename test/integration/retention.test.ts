@@ -30,8 +30,11 @@ import { createTestDatabase } from '../support/postgres.js';
  * an unreachable host: they stay open); the job counts leave them out.
  */
 const OURS = `WHERE tenant <> '${INTERNAL_TENANT}'`;
+/** The same for attempt rows: those of internal jobs are left out, those of deleted jobs are counted. */
+const OUR_ATTEMPTS = (jobs: string) => `WHERE job_id NOT IN (SELECT id FROM ${jobs} WHERE tenant = '${INTERNAL_TENANT}')`;
+const where = (table: string, jobs: string) => (table === 'jobs' ? OURS : table === 'job_attempts' ? OUR_ATTEMPTS(jobs) : '');
 
-const TABLES = ['jobs', 'job_progress', 'job_results', 'job_webhooks', 'webhook_deliveries', 'job_signals'] as const;
+const TABLES = ['jobs', 'job_progress', 'job_results', 'job_webhooks', 'webhook_deliveries', 'job_signals', 'job_attempts'] as const;
 type Counts = Record<(typeof TABLES)[number], number> & { files: number };
 
 const dirs: string[] = [];
@@ -102,7 +105,7 @@ const backends: Backend[] = [
       const reader = new DatabaseSync(path);
       return {
         store,
-        count: async (table) => Number((reader.prepare(`SELECT count(*) AS n FROM ${table} ${table === 'jobs' ? OURS : ''}`).get() as { n: number }).n),
+        count: async (table) => Number((reader.prepare(`SELECT count(*) AS n FROM ${table} ${where(table, 'jobs')}`).get() as { n: number }).n),
       };
     },
   },
@@ -114,7 +117,7 @@ const backends: Backend[] = [
       const table = (t: string) => (t === 'job_progress' ? 'progress' : t);
       return {
         store,
-        count: async (t) => Number((await store.pool.query(`SELECT count(*)::integer AS n FROM "${schema}".${table(t)} ${t === 'jobs' ? OURS : ''}`)).rows[0].n),
+        count: async (t) => Number((await store.pool.query(`SELECT count(*)::integer AS n FROM "${schema}".${table(t)} ${where(t, `"${schema}".jobs`)}`)).rows[0].n),
       };
     },
   },
@@ -171,14 +174,15 @@ for (const backend of backends) {
         assert.equal(ok.status, 'succeeded');
         assert.equal(failed.status, 'failed');
         const before = await counts();
-        assert.deepEqual(before, { jobs: 4, job_progress: 1, job_results: 2, job_webhooks: 3, webhook_deliveries: 3, job_signals: 3, files: 2 });
+        // The failed job's attempt is in the attempt history.
+        assert.deepEqual(before, { jobs: 4, job_progress: 1, job_results: 2, job_webhooks: 3, webhook_deliveries: 3, job_signals: 3, job_attempts: 1, files: 2 });
         const sweeper = lh.startSweeper();
         await sweeper.stop();
         const report = await sweeper.sweep();
         // Ours, plus the ended webhook delivery jobs (internal tenant) the targets above caused.
         assert.ok(report.deleted >= 2, `deleted ${report.deleted}`);
         const afterSweep = await counts();
-        assert.deepEqual(afterSweep, { jobs: 2, job_progress: 0, job_results: 0, webhook_deliveries: 1, job_webhooks: 1, job_signals: 1, files: 0 });
+        assert.deepEqual(afterSweep, { jobs: 2, job_progress: 0, job_results: 0, webhook_deliveries: 1, job_webhooks: 1, job_signals: 1, job_attempts: 0, files: 0 });
         assert.equal(await lh.get(ok.id), null);
         assert.equal(await lh.get(failed.id), null);
         assert.equal((await lh.get(kept.id))?.status, 'succeeded', 'the task keeps its jobs forever');
@@ -227,7 +231,7 @@ for (const backend of backends) {
           await new Promise((r) => setTimeout(r, 10));
         }
         const before = await counts();
-        assert.deepEqual(before, { jobs: 1, job_progress: 1, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 1, files: 0 });
+        assert.deepEqual(before, { jobs: 1, job_progress: 1, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 1, job_attempts: 0, files: 0 });
         const last = lh.wait(job.id);
         (gates.get(gate) as () => void)();
         const end = await last;
@@ -241,7 +245,7 @@ for (const backend of backends) {
         }
         assert.deepEqual(fed()?.result, { done: gate });
         feed.close();
-        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, files: 0 });
+        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, job_attempts: 0, files: 0 });
         assert.equal(await lh.get(job.id), null);
         // A job with result files ends as usual: its files can only go through the eraser (blobs first).
         const withFiles = await lh.submit('t.files', {});
@@ -254,7 +258,7 @@ for (const backend of backends) {
         const sweeper = lh.startSweeper();
         await sweeper.stop();
         assert.equal((await sweeper.sweep()).deleted, 1);
-        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, files: 0 });
+        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, job_attempts: 0, files: 0 });
       } finally {
         await lh.close();
       }
@@ -287,12 +291,13 @@ for (const backend of backends) {
         await assert.rejects(lh.purge({ tenant: 'gone', states: ['running'] }), /only ended jobs are purged/);
         const out = await lh.purge({ tenant: 'gone' });
         assert.deepEqual(out, {
-          deleted: { jobs: 2, progress: 1, resultFiles: 2, webhooks: 2, deliveries: 2, signals: 2, files: 2 },
+          deleted: { jobs: 2, progress: 1, resultFiles: 2, webhooks: 2, deliveries: 2, signals: 2, attempts: 1, files: 2 },
           skipped: 1,
         });
         const left = await counts();
         assert.equal(left.jobs, 2);
         assert.equal(left.files, 2, "the other tenant's files");
+        assert.equal(left.job_attempts, 0, "the failed job's attempt went with it");
         assert.equal((await lh.get(other.id))?.status, 'succeeded');
         assert.equal((await lh.get(open.id))?.status, 'pending');
         assert.deepEqual((await lh.purge({ tenant: 'gone' })).deleted.jobs, 0);

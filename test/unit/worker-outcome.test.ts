@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { FatalError, RetryableError } from '../../src/core/errors.js';
 import { canTransition } from '../../src/core/states.js';
-import { afterFailure, endCancelled, failFatal, handBack, succeed } from '../../src/core/transitions.js';
+import { afterFailure, endCancelled, failFatal, handBack, succeed, type TransitionParams } from '../../src/core/transitions.js';
 import { decideOutcome, leftoverOutcome, type Outcome, type OutcomeJob, type OutcomeTask, type OutcomeWorker } from '../../src/worker/outcome.js';
 
 const NOW = 1_700_000_000_000;
@@ -18,6 +18,11 @@ const HALF = () => 0.5;
 
 function job(overrides: Partial<OutcomeJob> = {}): OutcomeJob {
   return { id: 'j1', state: 'running', lease: 4, attempts: 1, maxAttempts: 3, timeoutMs: 2_000, resultTtlMs: 60_000, ...overrides };
+}
+
+/** A builder's write with the stack of `thrown` added: the attempt history's copy (never on the job). */
+function withStack(write: TransitionParams, thrown: Error): TransitionParams {
+  return { ...write, patch: { ...write.patch, stack: thrown.stack as string } };
 }
 
 function assertAllowed(o: Outcome): void {
@@ -76,7 +81,8 @@ describe('decideOutcome', () => {
     const o = decideOutcome(job({ attempts: 2 }), TASK, WORKER, { ok: false, error: thrown }, null, NOW, HALF);
     // Attempt 2's ceiling is 2000 ms; half of [0, 2000] is 1000.
     const runAt = NOW + 1_000;
-    assert.deepEqual(o.write, afterFailure(job({ attempts: 2 }), 'w1', NOW, { to: 'retrying', runAt, error: o.write.patch?.error as never }));
+    assert.deepEqual(o.write, withStack(afterFailure(job({ attempts: 2 }), 'w1', NOW, { to: 'retrying', runAt, error: o.write.patch?.error as never }), thrown));
+    assert.match(o.write.patch?.stack ?? '', /^Error: flaky\n\s+at /);
     assert.equal(o.stat, 'retried');
     assert.equal(o.write.reason, 'retry scheduled');
     assert.equal(o.write.patch?.runAt, runAt);
@@ -85,6 +91,20 @@ describe('decideOutcome', () => {
     assertAllowed(o);
     const asked = decideOutcome(job(), TASK, WORKER, { ok: false, error: new RetryableError('later', { delayMs: 7_000 }) }, null, NOW, HALF);
     assert.equal(asked.write.patch?.runAt, NOW + 7_000);
+  });
+
+  it("a thrown Error's stack goes with the write (cut, storable); a thrown string has none", () => {
+    const long = new Error('deep');
+    long.stack = `Error: deep\n${'    at frame (x.js:1:1)\n'.repeat(1000)}\u0000`;
+    const o = decideOutcome(job(), TASK, WORKER, { ok: false, error: long }, null, NOW, HALF);
+    const stack = o.write.patch?.stack ?? '';
+    assert.equal(stack.length, 8192 + 1, 'cut to 8192 characters and an ellipsis');
+    assert.ok(stack.endsWith('…'));
+    const nul = decideOutcome(job(), TASK, WORKER, { ok: false, error: Object.assign(new Error('n'), { stack: 'Error: n\u0000' }) }, null, NOW, HALF);
+    assert.equal(nul.write.patch?.stack?.includes('\u0000'), false, 'U+0000 is escaped');
+    const str = decideOutcome(job(), TASK, WORKER, { ok: false, error: 'just a string' }, null, NOW, HALF);
+    assert.equal(str.write.patch?.stack, undefined);
+    assert.equal(str.write.patch?.error?.code, 'NON_ERROR_THROWN');
   });
 
   it('attempts exhausted: failed, the error says so', () => {
@@ -107,7 +127,7 @@ describe('decideOutcome', () => {
   it('an error after a timeout: cancelled with TIMEOUT, logged as a failed attempt', () => {
     const thrown = new Error('aborted');
     const o = decideOutcome(job(), TASK, WORKER, { ok: false, error: thrown }, 'timeout', NOW);
-    assert.deepEqual(o.write, endCancelled(job(), 'w1', NOW, 'timeout', 'timeout'));
+    assert.deepEqual(o.write, withStack(endCancelled(job(), 'w1', NOW, 'timeout', 'timeout'), thrown));
     assert.equal(o.stat, 'cancelled');
     assert.deepEqual(o.write.patch?.error, { message: 'timed out after 2000 ms', code: 'TIMEOUT', retryable: false });
     assert.deepEqual(o.failure, { thrown, error: o.write.patch?.error, next: 'cancelled', runAt: undefined });
@@ -124,8 +144,9 @@ describe('decideOutcome', () => {
   it('reads nothing but its arguments, and changes none of them', () => {
     const j = job();
     const before = JSON.stringify(j);
-    const a = decideOutcome(j, TASK, WORKER, { ok: false, error: new Error('x') }, null, NOW, HALF);
-    const b = decideOutcome(j, TASK, WORKER, { ok: false, error: new Error('x') }, null, NOW, HALF);
+    const thrown = new Error('x');
+    const a = decideOutcome(j, TASK, WORKER, { ok: false, error: thrown }, null, NOW, HALF);
+    const b = decideOutcome(j, TASK, WORKER, { ok: false, error: thrown }, null, NOW, HALF);
     assert.deepEqual(a.write, b.write);
     assert.equal(JSON.stringify(j), before);
   });

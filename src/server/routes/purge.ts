@@ -47,7 +47,7 @@ export const purgeSchema = {
       properties: {
         deleted: {
           type: 'object',
-          properties: Object.fromEntries(['jobs', 'files', 'resultFiles', 'progress', 'webhooks', 'deliveries', 'signals'].map((k) => [k, { type: 'integer' }])),
+          properties: Object.fromEntries(['jobs', 'files', 'resultFiles', 'progress', 'webhooks', 'deliveries', 'signals', 'attempts'].map((k) => [k, { type: 'integer' }])),
         },
         skipped: { type: 'integer', description: 'matching jobs that have not ended (cancel them, then purge again)' },
       },

@@ -50,6 +50,7 @@ import {
   type SweepParams,
   type ScheduleStore,
   type RetentionStore,
+  type DeadLetterStore,
   type WorkflowStore,
   type TransitionParams,
   type WebhookDeliveryEntry,
@@ -62,6 +63,7 @@ import { checkTransition, encodeTransitions } from './transitions.js';
 import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
 import { PgRetentionOps } from './retention-ops.js';
+import { PgDeadLetterOps } from './dead-letter-ops.js';
 import { keyReusable } from '../../core/retention.js';
 import { batchRefusal, countCap, limitOf, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
@@ -220,6 +222,7 @@ export class PostgresStore implements Store {
   private readonly workflow: PgWorkflowOps;
   private readonly schedules: PgScheduleOps;
   private readonly retention: PgRetentionOps;
+  private readonly deadLetters: PgDeadLetterOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -249,6 +252,7 @@ export class PostgresStore implements Store {
     this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, {}, client) });
     this.schedules = new PgScheduleOps(this.pool, this.s);
     this.retention = new PgRetentionOps(this.pool, this.s);
+    this.deadLetters = new PgDeadLetterOps(this.pool, this.s);
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -817,6 +821,12 @@ export class PostgresStore implements Store {
   endedJobs: RetentionStore['endedJobs'] = (p) => this.retention.endedJobs(p);
   countOpenJobs: RetentionStore['countOpenJobs'] = (p) => this.retention.countOpenJobs(p);
   deleteJobs: RetentionStore['deleteJobs'] = (p) => this.retention.deleteJobs(p);
+
+  // ---- dead letters (DeadLetterStore): dead-letter-ops.ts (attempts are written by apply_transitions) --
+
+  listAttempts: DeadLetterStore['listAttempts'] = (p) => this.deadLetters.listAttempts(p);
+  deadLetterGroups: DeadLetterStore['deadLetterGroups'] = (p) => this.deadLetters.deadLetterGroups(p);
+  failedJobs: DeadLetterStore['failedJobs'] = (p) => this.deadLetters.failedJobs(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
 

@@ -6,6 +6,8 @@
  * is checked again on the locked row, so a job that left its ended state is kept.
  */
 import type pg from 'pg';
+import { isUuid } from '../../core/ids.js';
+import type { JobState } from '../../core/states.js';
 import type { DeletedRows, EndedJobFilter } from '../store.js';
 
 const ENDED_SQL = "('succeeded', 'expired', 'failed', 'cancelled')";
@@ -23,7 +25,7 @@ export class PgRetentionOps {
     this.deleteSql = `
       WITH due AS (
         SELECT j.id FROM ${q}.jobs j
-        WHERE j.id = ANY($1::uuid[]) AND j.state IN ${ENDED_SQL}
+        WHERE j.id = ANY($1::uuid[]) AND j.state IN ${ENDED_SQL} AND ($2::text[] IS NULL OR j.state = ANY($2::text[]))
           AND NOT EXISTS (SELECT 1 FROM ${q}.jobs c WHERE c.parent_id = j.id::text)
         FOR UPDATE OF j SKIP LOCKED
       ),
@@ -32,9 +34,10 @@ export class PgRetentionOps {
       ${dep('w', 'job_webhooks')},
       ${dep('d', 'webhook_deliveries')},
       ${dep('g', 'job_signals')},
+      ${dep('a', 'job_attempts')},
       jd AS (DELETE FROM ${q}.jobs j USING due WHERE j.id = due.id RETURNING 1)
       SELECT (SELECT count(*) FROM jd)::integer, (SELECT count(*) FROM p)::integer, (SELECT count(*) FROM r)::integer,
-        (SELECT count(*) FROM w)::integer, (SELECT count(*) FROM d)::integer, (SELECT count(*) FROM g)::integer`;
+        (SELECT count(*) FROM w)::integer, (SELECT count(*) FROM d)::integer, (SELECT count(*) FROM g)::integer, (SELECT count(*) FROM a)::integer`;
   }
 
   async endedJobs(params: { filter: EndedJobFilter; limit: number }): Promise<Array<{ id: string; finishedAt: number }>> {
@@ -71,10 +74,19 @@ export class PgRetentionOps {
     return Number((res.rows as unknown[][])[0]?.[0] ?? 0);
   }
 
-  async deleteJobs(params: { ids: readonly string[] }): Promise<DeletedRows> {
-    if (params.ids.length === 0) return { jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0 };
-    const res = await this.pool.query({ text: this.deleteSql, values: [[...params.ids]], rowMode: 'array' });
+  async deleteJobs(params: { ids: readonly string[]; states?: readonly JobState[] }): Promise<DeletedRows> {
+    if (params.ids.length === 0) return { jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0, attempts: 0 };
+    const ids = params.ids.filter(isUuid);
+    const res = await this.pool.query({ text: this.deleteSql, values: [ids, params.states === undefined ? null : [...params.states]], rowMode: 'array' });
     const row = ((res.rows as unknown[][])[0] ?? []).map(Number);
-    return { jobs: row[0] ?? 0, progress: row[1] ?? 0, resultFiles: row[2] ?? 0, webhooks: row[3] ?? 0, deliveries: row[4] ?? 0, signals: row[5] ?? 0 };
+    return {
+      jobs: row[0] ?? 0,
+      progress: row[1] ?? 0,
+      resultFiles: row[2] ?? 0,
+      webhooks: row[3] ?? 0,
+      deliveries: row[4] ?? 0,
+      signals: row[5] ?? 0,
+      attempts: row[6] ?? 0,
+    };
   }
 }

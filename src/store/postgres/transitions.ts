@@ -75,6 +75,8 @@ export function encodeTransitions(items: readonly TransitionParams[]): { json: s
       m |= 1024;
       e.stalled = patch.stalled;
     }
+    // Not a patch field: the attempt history's copy of the stack (apply_transitions, job_attempts).
+    if (patch.stack !== undefined) e.stack = patch.stack;
     e.m = m;
     out.push(e);
   });

@@ -4,6 +4,7 @@
  * transaction of the store over one batch of ids, so the write lock is held for one batch only.
  */
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import type { JobState } from '../../core/states.js';
 import type { DeletedRows, EndedJobFilter } from '../store.js';
 import { statementCache } from './sql.js';
 
@@ -12,6 +13,7 @@ type Write = <T>(fn: () => T, rows?: number) => T;
 
 /** The condition of the partial index jobs_ended, repeated so that SQLite uses it. */
 const ENDED_SQL = "state IN ('succeeded', 'expired', 'failed', 'cancelled')";
+const ENDED_STATES: ReadonlySet<string> = new Set(['succeeded', 'expired', 'failed', 'cancelled']);
 const NO_CHILD_SQL = 'NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = j.id)';
 
 const DEPENDENTS: ReadonlyArray<[keyof DeletedRows, string]> = [
@@ -20,6 +22,7 @@ const DEPENDENTS: ReadonlyArray<[keyof DeletedRows, string]> = [
   ['webhooks', 'job_webhooks'],
   ['deliveries', 'webhook_deliveries'],
   ['signals', 'job_signals'],
+  ['attempts', 'job_attempts'],
 ];
 
 export class SqliteRetentionOps {
@@ -79,15 +82,17 @@ export class SqliteRetentionOps {
     return row.n;
   }
 
-  async deleteJobs(params: { ids: readonly string[] }): Promise<DeletedRows> {
-    const out: DeletedRows = { jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0 };
+  async deleteJobs(params: { ids: readonly string[]; states?: readonly JobState[] }): Promise<DeletedRows> {
+    const out: DeletedRows = { jobs: 0, progress: 0, resultFiles: 0, webhooks: 0, deliveries: 0, signals: 0, attempts: 0 };
     if (params.ids.length === 0) return out;
     const ids = JSON.stringify(params.ids);
+    // Only ended states: a state list naming an open state matches nothing more.
+    const states = params.states === undefined ? '' : ` AND j.state IN (SELECT value FROM json_each('${JSON.stringify(params.states.filter((s) => ENDED_STATES.has(s))).replaceAll("'", "''")}'))`;
     return this.write(() => {
       // Re-checked inside the transaction: a job retried or given a child since it was selected stays.
       const due = JSON.stringify(
         (
-          this.stmt(`SELECT j.id FROM jobs j WHERE j.id IN (SELECT value FROM json_each(?)) AND j.${ENDED_SQL} AND ${NO_CHILD_SQL}`).all(ids) as Array<{
+          this.stmt(`SELECT j.id FROM jobs j WHERE j.id IN (SELECT value FROM json_each(?)) AND j.${ENDED_SQL}${states} AND ${NO_CHILD_SQL}`).all(ids) as Array<{
             id: string;
           }>
         ).map((r) => r.id),

@@ -45,6 +45,7 @@ import {
   type Store,
   type ScheduleStore,
   type RetentionStore,
+  type DeadLetterStore,
   type WorkflowStore,
   type SweepParams,
   type TransitionParams,
@@ -63,6 +64,7 @@ import { checkTransition, Transitions } from './transitions.js';
 import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
 import { SqliteRetentionOps } from './retention-ops.js';
+import { SqliteDeadLetterOps } from './dead-letter-ops.js';
 import { keyReusable } from '../../core/retention.js';
 import { batchRefusal, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 
@@ -152,6 +154,7 @@ export class SqliteStore implements Store {
   private readonly workflow: SqliteWorkflowOps;
   private readonly schedules: SqliteScheduleOps;
   private readonly retention: SqliteRetentionOps;
+  private readonly deadLetters: SqliteDeadLetterOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -197,6 +200,7 @@ export class SqliteStore implements Store {
     this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
     this.schedules = new SqliteScheduleOps(this.db, (fn, rows) => this.write(fn, rows));
     this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.deadLetters = new SqliteDeadLetterOps(this.db);
   }
 
 
@@ -638,6 +642,12 @@ export class SqliteStore implements Store {
   endedJobs: RetentionStore['endedJobs'] = (p) => this.retention.endedJobs(p);
   countOpenJobs: RetentionStore['countOpenJobs'] = (p) => this.retention.countOpenJobs(p);
   deleteJobs: RetentionStore['deleteJobs'] = (p) => this.retention.deleteJobs(p);
+
+  // ---- dead letters (DeadLetterStore): dead-letter-ops.ts (attempts are written by transitions.ts) --
+
+  listAttempts: DeadLetterStore['listAttempts'] = (p) => this.deadLetters.listAttempts(p);
+  deadLetterGroups: DeadLetterStore['deadLetterGroups'] = (p) => this.deadLetters.deadLetterGroups(p);
+  failedJobs: DeadLetterStore['failedJobs'] = (p) => this.deadLetters.failedJobs(p);
 
   // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
 

@@ -4,6 +4,7 @@
  */
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { assertTransition } from '../../core/states.js';
+import { endsRecordedAttempt } from '../../core/transitions.js';
 import type { TransitionParams } from '../store.js';
 import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 
@@ -54,6 +55,7 @@ const PARAMS: Readonly<Record<string, (p: TransitionParams) => SQLInputValue>> =
   runAt: (p) => p.patch?.runAt ?? null,
   result: (p) => json(p.patch?.result),
   error: (p) => json(p.patch?.error),
+  errorCode: (p) => p.patch?.error?.code ?? null,
   finishedAt: (p) => p.patch?.finishedAt ?? null,
   expiresAt: (p) => p.patch?.expiresAt ?? null,
   cancelReason: (p) => (p.patch?.cancelRequest ? p.patch.cancelRequest.reason : null),
@@ -67,7 +69,7 @@ function sqlOf(shape: number): string {
   let attempt = 'attempts';
   if (shape & RUN_AT) sets.push('run_at = @runAt');
   if (shape & RESULT) sets.push('result = @result');
-  if (shape & ERROR) sets.push('error = @error');
+  if (shape & ERROR) sets.push('error = @error', 'error_code = @errorCode');
   if (shape & FINISHED_AT) sets.push('finished_at = @finishedAt');
   if (shape & EXPIRES_AT) sets.push('expires_at = @expiresAt');
   if (shape & RESET_ATTEMPTS) {
@@ -113,6 +115,7 @@ export class Transitions {
   private dropProgress: StatementSync | null = null;
   private deleteOnEnd: StatementSync | null = null;
   private deleteDependents: StatementSync[] | null = null;
+  private recordAttempt: StatementSync | null = null;
 
   /** Statements are prepared on first use: the tables exist only once the store migrated. */
   constructor(private readonly db: DatabaseSync) {}
@@ -130,6 +133,7 @@ export class Transitions {
       this.dropProgress ??= this.db.prepare('DELETE FROM job_progress WHERE job_id = ?');
       this.dropProgress.run(p.id);
     }
+    if (applied && endsRecordedAttempt(p)) this.attemptEnded(p);
     return applied;
   }
 
@@ -146,14 +150,30 @@ export class Transitions {
     return this.deleteOnEnd.run(p.id, p.from, lease, lease, cancel, cancel).changes === 1;
   }
 
-  /** The progress and signals of jobs deleted on their end (they have no other rows: see tryDelete). */
+  /** The progress, signals and attempt history of jobs deleted on their end (they have no other rows: see tryDelete). */
   dropDependents(ids: readonly string[]): void {
     if (ids.length === 0) return;
     this.deleteDependents ??= [
       this.db.prepare('DELETE FROM job_progress WHERE job_id IN (SELECT value FROM json_each(?))'),
       this.db.prepare('DELETE FROM job_signals WHERE job_id IN (SELECT value FROM json_each(?))'),
+      this.db.prepare('DELETE FROM job_attempts WHERE job_id IN (SELECT value FROM json_each(?))'),
     ];
     const json = JSON.stringify(ids);
     for (const st of this.deleteDependents) st.run(json);
+  }
+
+  /**
+   * Records the attempt `p` ended (the attempt history, DeadLetterStore), in the same transaction.
+   * Read from the row just updated: its lease, worker and start are the attempt's; a refunded
+   * attempt (a hand-back, a wait) keeps its number.
+   */
+  private attemptEnded(p: TransitionParams): void {
+    this.recordAttempt ??= this.db.prepare(
+      `INSERT INTO job_attempts (job_id, lease, attempt, worker_id, started_at, ended_at, outcome, reason, error, stack)
+       SELECT id, lease, attempts + ?, worker_id, started_at, ?, ?, ?, ?, ? FROM jobs WHERE id = ?
+       ON CONFLICT DO NOTHING`,
+    );
+    const patch = p.patch;
+    this.recordAttempt.run(patch?.refundAttempt ? 1 : 0, p.at, p.to, p.reason, json(patch?.error), patch?.stack ?? null, p.id);
   }
 }

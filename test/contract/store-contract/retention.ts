@@ -22,6 +22,7 @@ async function footprint(store: Store, id: string) {
     webhook: (await store.getWebhook({ jobId: id })) ? 1 : 0,
     deliveries: (await store.listWebhookDeliveries({ jobId: id, limit: 100 })).length,
     log: (await store.getTransitions({ id }))?.length ?? 0,
+    attempts: (await store.listAttempts({ id, limit: 100 }))?.length ?? 0,
   };
 }
 
@@ -85,14 +86,15 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
     });
 
     it('deletes a job with every row it owns, counted per table, and nothing of another job', async () => {
-      const gone = await ended('succeeded', T0 + 1);
+      const gone = await ended('failed', T0 + 1);
       const kept = await ended('failed', T0 + 1);
       const before = await footprint(store, gone.id);
-      assert.deepEqual(before, { job: 1, progress: 1, results: 1, webhook: 1, deliveries: 1, log: 3 });
+      assert.deepEqual(before, { job: 1, progress: 1, results: 1, webhook: 1, deliveries: 1, log: 3, attempts: 1 });
       const keptBefore = await footprint(store, kept.id);
+      assert.equal(keptBefore.attempts, 1);
       const deleted = await store.deleteJobs({ ids: [gone.id] });
-      assert.deepEqual(deleted, { jobs: 1, progress: 1, resultFiles: 1, webhooks: 1, deliveries: 1, signals: 0 });
-      assert.deepEqual(await footprint(store, gone.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0 });
+      assert.deepEqual(deleted, { jobs: 1, progress: 1, resultFiles: 1, webhooks: 1, deliveries: 1, signals: 0, attempts: 1 });
+      assert.deepEqual(await footprint(store, gone.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0, attempts: 0 });
       assert.deepEqual(await footprint(store, kept.id), keptBefore);
     });
 
@@ -151,13 +153,26 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
         const other = await running();
         assert.ok(await store.saveProgress({ id: other.id, lease: other.lease, progress, now: T0 }));
         const otherBefore = await footprint(store, other.id);
-        assert.deepEqual(await footprint(store, r.id), { job: 1, progress: 1, results: 0, webhook: 0, deliveries: 0, log: 2 });
+        assert.deepEqual(await footprint(store, r.id), { job: 1, progress: 1, results: 0, webhook: 0, deliveries: 0, log: 2, attempts: 0 });
         const res = await store.completeAndClaim({ complete: [succeed(r)], claim });
         assert.deepEqual(res.applied, [true]);
         assert.deepEqual(res.deleted, [true]);
-        assert.deepEqual(await footprint(store, r.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0 });
+        assert.deepEqual(await footprint(store, r.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0, attempts: 0 });
         assert.deepEqual(await footprint(store, other.id), otherBefore);
         assert.equal((await store.countByState({})).running, 1);
+      });
+
+      it('the attempt history of a job deleted on its end goes with it', async () => {
+        const r = await running();
+        // A first attempt that failed and is retried (recorded in the history), then a second one.
+        assert.ok(await apply({ id: r.id, from: 'running', to: 'retrying', lease: r.lease, reason: 'failed', at: T0 + 1, patch: { runAt: T0 + 1, error: { message: 'x', code: 'E', retryable: true } } }));
+        assert.ok(await apply({ id: r.id, from: 'retrying', to: 'queued', reason: 'due', at: T0 + 2 }));
+        const [again] = await store.claimJobs({ workerId: 'w', types: [{ type: r.type }], limit: 1, now: T0 + 3 });
+        assert.equal(again?.id, r.id);
+        assert.equal((await footprint(store, r.id)).attempts, 1);
+        const res = await store.completeAndClaim({ complete: [succeed(again as JobRecord)], claim });
+        assert.deepEqual(res.deleted, [true]);
+        assert.deepEqual(await footprint(store, r.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0, attempts: 0 });
       });
 
       it('ends as usual, without deleting, a job that owns result files, a webhook, a parent or children: the eraser deletes those', async () => {
@@ -177,7 +192,7 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
         assert.equal((await footprint(store, withHook.id)).webhook, 1);
         // The eraser's way: the child first, then its parent.
         const deleted = await store.deleteJobs({ ids: [withFile.id, withHook.id, child.id] });
-        assert.deepEqual(deleted, { jobs: 3, progress: 0, resultFiles: 1, webhooks: 1, deliveries: 0, signals: 0 });
+        assert.deepEqual(deleted, { jobs: 3, progress: 0, resultFiles: 1, webhooks: 1, deliveries: 0, signals: 0, attempts: 0 });
         assert.equal((await store.deleteJobs({ ids: [parent.id] })).jobs, 1);
       });
 
