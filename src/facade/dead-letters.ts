@@ -242,7 +242,7 @@ export async function retryDeadLetters(ctx: DeadLetterContext, selection: DeadLe
   if (filter === null) return { count: 0 };
   const count = await eachBatch(ctx.store, filter, async (jobs) => {
     // Before the transitions, as a single retry does: the next end of each job sends an event again.
-    await Promise.all(jobs.map((j) => ctx.store.rearmWebhook({ jobId: j.id })));
+    await ctx.store.rearmWebhooks({ jobIds: jobs.map((j) => j.id) });
     const now = Date.now();
     const applied = await applyTransitions(
       ctx.store,

@@ -16,7 +16,7 @@ export interface AppContext {
   keepaliveMs: number;
   streamBufferBytes: number;
   authEnabled: boolean;
-  /** Tenants whose API keys may act on every tenant (purge): LONGHAUL_ADMIN_TENANTS. */
+  /** Tenants whose API keys may act on every tenant (purge, dead letters): LONGHAUL_ADMIN_TENANTS. */
   adminTenants: ReadonlySet<string>;
   log: FastifyBaseLogger;
   /** Closers of the open SSE responses: ended on shutdown, or app.close() would wait for them forever. */

@@ -450,6 +450,8 @@ export interface WebhookOutboxStore {
   markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void>;
   /** The job runs again (manual retry): its next end sends an event again. */
   rearmWebhook(params: { jobId: string }): Promise<void>;
+  /** The same for many jobs in one write (a bulk replay of dead letters); jobs without a target are skipped. */
+  rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void>;
   recordWebhookDelivery(params: WebhookDeliveryEntry): Promise<void>;
   /** The job's delivery log, oldest first. */
   listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]>;

@@ -930,6 +930,12 @@ export class PostgresStore implements Store {
     await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = true WHERE job_id = $1`, [params.jobId]);
   }
 
+  async rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void> {
+    const ids = params.jobIds.filter(isUuid);
+    if (ids.length === 0) return;
+    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = true WHERE job_id = ANY($1::uuid[])`, [ids]);
+  }
+
   async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
     await this.pool.query(
       `INSERT INTO ${this.s}.webhook_deliveries (job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet)

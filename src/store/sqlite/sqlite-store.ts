@@ -728,6 +728,11 @@ export class SqliteStore implements Store {
     this.write(() => this.stmt('UPDATE job_webhooks SET pending = 1 WHERE job_id = ?').run(params.jobId));
   }
 
+  async rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void> {
+    if (params.jobIds.length === 0) return;
+    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 1 WHERE job_id IN (SELECT value FROM json_each(?))').run(JSON.stringify(params.jobIds)));
+  }
+
   async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
     this.write(() =>
       this.stmt(

@@ -54,6 +54,30 @@ export function runWebhookOutboxContract(name: string, makeStore: () => Promise<
         assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), []);
       });
 
+      it('re-arms many jobs in one call (a bulk replay): each next end is reported, once', async () => {
+        const ends: string[] = [];
+        for (let i = 0; i < 3; i++) {
+          const r = await running();
+          await store.saveWebhook({ jobId: r.id, url: 'https://hooks.example.com/a', secret: null });
+          assert.ok(await apply({ id: r.id, from: 'running', to: 'failed', lease: r.lease, reason: 'fatal', at: T0 + 1, patch: { finishedAt: T0 + 1 } }));
+          await store.markWebhookEvent({ jobId: r.id, finishedAt: T0 + 1 });
+          ends.push(r.id);
+        }
+        const plain = await running();
+        await store.rearmWebhooks({ jobIds: [...ends, plain.id, 'not-a-uuid'] });
+        await store.rearmWebhooks({ jobIds: [] });
+        assert.deepEqual(await store.pendingWebhookEvents({ limit: 10 }), [], 'the same end is not reported twice');
+        for (const id of ends.slice(0, 2)) {
+          assert.ok(await apply({ id, from: 'failed', to: 'queued', reason: 'manual retry', at: T0 + 2, patch: { finishedAt: null, runAt: T0 + 2 } }));
+          assert.ok(await apply({ id, from: 'queued', to: 'cancelled', reason: 'cancelled', at: T0 + 3, patch: { finishedAt: T0 + 3 } }));
+        }
+        assert.deepEqual(
+          (await store.pendingWebhookEvents({ limit: 10 })).map((e) => e.jobId).sort(),
+          ends.slice(0, 2).sort(),
+        );
+        assert.equal(await store.getWebhook({ jobId: plain.id }), null, 'no target was made for a job without one');
+      });
+
       it('keeps the delivery log per job, oldest first', async () => {
         const j = await insert();
         const entry = (attempt: number, ok: boolean) => ({
