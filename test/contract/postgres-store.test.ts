@@ -20,7 +20,9 @@ import { emptyWorkflow, NEVER } from '../../src/core/workflow.js';
 import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../../src/index.js';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
-import { renderMigrations } from '../../src/store/postgres/schema.js';
+import { MIGRATIONS, renderMigrations } from '../../src/store/postgres/schema.js';
+import { STATS_MIGRATION } from '../../src/store/postgres/stats-schema.js';
+import { runStatsContract } from './store-contract/stats.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import type { SqlTransaction } from '../../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
@@ -55,6 +57,31 @@ runWebhookOutboxContract(`postgres (${db.source})`, () => openStore());
 runWorkflowContract(`postgres (${db.source})`, () => openStore());
 runScheduleContract(`postgres (${db.source})`, () => openStore());
 runRetentionContract(`postgres (${db.source})`, () => openStore());
+runStatsContract(
+  `postgres (${db.source})`,
+  () => openStore(),
+  async () => {
+    // The schema just before the stats migration, as a database written by the previous release.
+    const schema = `t${++schemas}`;
+    const before = MIGRATIONS.indexOf(STATS_MIGRATION);
+    const rendered = renderMigrations(schema);
+    await admin(async (c) => {
+      await c.query(`CREATE SCHEMA "${schema}"`);
+      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      for (let v = 0; v < before; v++) {
+        await c.query(rendered[v] as string);
+        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
+      }
+    });
+    const store = new PostgresStore({ connectionString: db.url, schema });
+    return {
+      store,
+      migrate: async () => {
+        assert.deepEqual(await store.migrate(), { from: before, to: MIGRATIONS.length });
+      },
+    };
+  },
+);
 
 // ---- helpers for the PostgreSQL-specific tests ----
 

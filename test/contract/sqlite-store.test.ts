@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { after, afterEach, describe, it } from 'node:test';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
 import { OPEN_CHILD_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
@@ -18,6 +19,8 @@ import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
+import { runStatsContract } from './store-contract/stats.js';
+import { STATS_MIGRATION } from '../../src/store/sqlite/stats-schema.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -44,6 +47,27 @@ runWebhookOutboxContract('sqlite (file)', () => openStore());
 runWorkflowContract('sqlite (file)', () => openStore());
 runScheduleContract('sqlite (file)', () => openStore());
 runRetentionContract('sqlite (file)', () => openStore());
+runStatsContract(
+  'sqlite (file)',
+  () => openStore(),
+  async () => {
+    // The schema just before the stats migration, as a database written by the previous release.
+    const path = tempPath();
+    const db = new DatabaseSync(path);
+    db.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
+    const before = MIGRATIONS.indexOf(STATS_MIGRATION);
+    for (const m of MIGRATIONS.slice(0, before)) db.exec(m);
+    db.prepare("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', ?)").run(String(before));
+    db.close();
+    const store = new SqliteStore({ path });
+    return {
+      store,
+      migrate: async () => {
+        assert.deepEqual(await store.migrate(), { from: before, to: MIGRATIONS.length });
+      },
+    };
+  },
+);
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];

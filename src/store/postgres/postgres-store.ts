@@ -27,8 +27,7 @@ import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } f
 import type { Progress } from '../../core/progress.js';
 import { JOB_STATES, type JobState } from '../../core/states.js';
 import {
-  type Activity,
-  type ActivityParams,
+  type JobQueueStore,
   type ClaimParams,
   type GetJobParams,
   type HeartbeatResult,
@@ -58,6 +57,7 @@ import { checkTransition, encodeTransitions } from './transitions.js';
 import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
 import { PgRetentionOps } from './retention-ops.js';
+import { PgStatsOps } from './stats-ops.js';
 import { keyReusable } from '../../core/retention.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
@@ -167,6 +167,7 @@ export class PostgresStore implements Store {
   private readonly workflow: PgWorkflowOps;
   private readonly schedules: PgScheduleOps;
   private readonly retention: PgRetentionOps;
+  private readonly stats: PgStatsOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -196,6 +197,7 @@ export class PostgresStore implements Store {
     this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, undefined, client) });
     this.schedules = new PgScheduleOps(this.pool, this.s);
     this.retention = new PgRetentionOps(this.pool, this.s);
+    this.stats = new PgStatsOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -270,8 +272,6 @@ export class PostgresStore implements Store {
           AND greatest(coalesce(p.updated_at, 0), j.started_at) + j.stall_timeout_ms < $1`),
         expired: sweep("j.state = 'succeeded' AND j.expires_at IS NOT NULL AND j.expires_at < $1"),
       } satisfies Record<SweepParams['kind'], string>,
-      countAll: `SELECT state, count(*)::integer FROM ${s}.jobs GROUP BY state`,
-      countTenant: `SELECT state, count(*)::integer FROM ${s}.jobs WHERE tenant = $1 GROUP BY state`,
     };
   }
 
@@ -530,40 +530,12 @@ export class PostgresStore implements Store {
     return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
   }
 
-  async countByState(params: { tenant?: string }): Promise<Record<JobState, number>> {
-    const rows =
-      params.tenant === undefined
-        ? await this.rows('count_all', this.sql.countAll, [])
-        : await this.rows('count_tenant', this.sql.countTenant, [params.tenant]);
-    const out = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
-    for (const r of rows) out[r[0] as JobState] = Number(r[1]);
-    return out;
-  }
+  // ---- stats: stats-ops.ts (counters kept by the triggers of stats-schema.ts) ----------------
 
-  async activity(params: ActivityParams): Promise<Activity> {
-    const s = this.s;
-    const tenant = params.tenant === undefined ? '' : 'AND tenant = $3';
-    const extra = params.tenant === undefined ? [] : [params.tenant];
-    // Ids are UUIDv7, ordered by creation time: the primary key answers "created since".
-    const [counts] = await this.rows(
-      `activity_counts_${params.tenant === undefined ? 'all' : 'tenant'}`,
-      `SELECT (SELECT count(*)::integer FROM ${s}.jobs WHERE id >= $1::uuid ${tenant}),
-              (SELECT count(*)::integer FROM ${s}.jobs WHERE finished_at >= $2 ${tenant})`,
-      [uuidv7Floor(params.since), params.since, ...extra],
-    );
-    const durations = await this.rows(
-      `activity_durations_${params.tenant === undefined ? 'all' : 'tenant'}`,
-      `SELECT type, finished_at - started_at FROM ${s}.jobs
-       WHERE finished_at >= $1 AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired') ${tenant}
-       ORDER BY finished_at DESC LIMIT $2`,
-      [params.durationsSince, params.limit, ...extra],
-    );
-    return {
-      submitted: Number(counts?.[0] ?? 0),
-      finished: Number(counts?.[1] ?? 0),
-      durations: durations.map((r) => ({ type: r[0] as string, ms: Number(r[1]) })),
-    };
-  }
+  countByState: JobQueueStore['countByState'] = (p) => this.stats.countByState(p);
+  countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);
+  activity: JobQueueStore['activity'] = (p) => this.stats.activity(p);
+  compactStats: JobQueueStore['compactStats'] = (p) => this.stats.compactStats(p);
 
   // ---- claims and transitions ---------------------------------------------------------------
 

@@ -11,6 +11,8 @@
  * In the SQL below `{s}` is the quoted schema, `{ch}` the wake-up channel (see channelName).
  */
 
+import { STATS_MIGRATION } from './stats-schema.js';
+
 /** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
 export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
 
@@ -504,4 +506,6 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_ended ON {s}.jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
   CREATE INDEX job_signals_job ON {s}.job_signals (job_id);
   `,
+  // 6: stats kept as jobs change (counts by tenant, type and state; rates; run-time buckets): triggers append to a change log the sweeper folds
+  STATS_MIGRATION,
 ];

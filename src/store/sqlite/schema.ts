@@ -3,6 +3,8 @@
  * run inside one IMMEDIATE transaction, so several processes opening the same file at once
  * apply each migration exactly once.
  */
+import { STATS_MIGRATION } from './stats-schema.js';
+
 export const MIGRATIONS: readonly string[] = [
   // 1: jobs, progress
   `
@@ -155,4 +157,6 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_ended ON jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
   CREATE INDEX job_signals_job ON job_signals (job_id);
   `,
+  // 6: stats kept as jobs change (counts by tenant, type and state; rates; run-time buckets), by triggers
+  STATS_MIGRATION,
 ];

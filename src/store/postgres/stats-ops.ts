@@ -1,0 +1,87 @@
+/**
+ * PostgresStore's stats reads and their upkeep, over the tables of stats-schema.ts. Every read is
+ * one statement that adds the folded counters and the changes not yet folded (one snapshot, so
+ * exact); its cost is the number of counter rows plus the changes since the last compaction.
+ */
+import type pg from 'pg';
+import { JOB_STATES, type JobState } from '../../core/states.js';
+import type { Activity, ActivityParams, TypeStateCount } from '../store.js';
+
+type Rows = (name: string, text: string, values: unknown[]) => Promise<unknown[][]>;
+
+export class PgStatsOps {
+  private readonly sql: ReturnType<typeof statements>;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    /** The quoted schema. */
+    private readonly s: string,
+    private readonly rows: Rows,
+  ) {
+    this.sql = statements(s);
+  }
+
+  async countByState(params: { tenant?: string }): Promise<Record<JobState, number>> {
+    const rows =
+      params.tenant === undefined
+        ? await this.rows('stats_states_all', this.sql.states(false), [])
+        : await this.rows('stats_states_tenant', this.sql.states(true), [params.tenant]);
+    const out = Object.fromEntries(JOB_STATES.map((st) => [st, 0])) as Record<JobState, number>;
+    for (const r of rows) if ((r[0] as string) in out) out[r[0] as JobState] = Number(r[1]);
+    return out;
+  }
+
+  async countByTypeAndState(params: { tenant?: string }): Promise<TypeStateCount[]> {
+    const rows =
+      params.tenant === undefined
+        ? await this.rows('stats_types_all', this.sql.types(false), [])
+        : await this.rows('stats_types_tenant', this.sql.types(true), [params.tenant]);
+    return rows.map((r) => ({ type: r[0] as string, state: r[1] as JobState, count: Number(r[2]) }));
+  }
+
+  async activity(params: ActivityParams): Promise<Activity> {
+    const t = params.tenant !== undefined;
+    const extra = t ? [params.tenant] : [];
+    const [rates] = await this.rows(`stats_rates_${t ? 'tenant' : 'all'}`, this.sql.rates(t), [Math.floor(params.since / 1000), ...extra]);
+    const durations = await this.rows(`stats_durations_${t ? 'tenant' : 'all'}`, this.sql.durations(t), [Math.floor(params.durationsSince / 60_000), ...extra]);
+    return {
+      submitted: Number(rates?.[0] ?? 0),
+      finished: Number(rates?.[1] ?? 0),
+      durations: durations.map((r) => ({ type: r[0] as string, bucket: Number(r[1]), count: Number(r[2]) })),
+    };
+  }
+
+  async compactStats(params: { before: number }): Promise<void> {
+    await this.pool.query({ name: 'lh_stats_compact', text: `SELECT ${this.s}.compact_stats($1)`, values: [params.before] });
+  }
+}
+
+function statements(s: string) {
+  /** Counter rows plus pending changes, per (type, state), optionally of one tenant ($1). */
+  const counts = (tenant: boolean) => {
+    const and = tenant ? 'AND tenant = $1' : '';
+    return `
+      SELECT type, state, n FROM ${s}.job_counts WHERE true ${and}
+      UNION ALL SELECT type, old_state, -1 FROM ${s}.job_changes WHERE old_state IS NOT NULL ${and}
+      UNION ALL SELECT type, new_state, 1 FROM ${s}.job_changes WHERE new_state IS NOT NULL ${and}`;
+  };
+  return {
+    states: (tenant: boolean) => `SELECT state, sum(n)::bigint FROM (${counts(tenant)}) x GROUP BY state`,
+    types: (tenant: boolean) => `SELECT type, state, sum(n)::bigint FROM (${counts(tenant)}) x GROUP BY type, state HAVING sum(n) > 0`,
+    rates: (tenant: boolean) => {
+      const and = tenant ? 'AND tenant = $2' : '';
+      return `SELECT
+        coalesce((SELECT sum(submitted) FROM ${s}.job_rates WHERE second >= $1 ${and}), 0)
+          + (SELECT count(*) FROM ${s}.job_changes WHERE submitted_at / 1000 >= $1 ${and}),
+        coalesce((SELECT sum(finished) FROM ${s}.job_rates WHERE second >= $1 ${and}), 0)
+          + (SELECT count(*) FROM ${s}.job_changes WHERE finished_at / 1000 >= $1 ${and})`;
+    },
+    durations: (tenant: boolean) => {
+      const and = tenant ? 'AND tenant = $2' : '';
+      return `SELECT type, bucket, sum(n)::bigint FROM (
+          SELECT type, bucket, n FROM ${s}.job_durations WHERE minute >= $1 ${and}
+          UNION ALL SELECT type, bucket, 1 FROM ${s}.job_changes WHERE bucket IS NOT NULL AND finished_at / 60000 >= $1 ${and}
+        ) x GROUP BY type, bucket`;
+    },
+  };
+}
