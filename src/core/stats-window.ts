@@ -56,7 +56,10 @@ export function durationPercentiles(buckets: readonly DurationBucketCount[]): Re
   for (const b of buckets) {
     if (b.count <= 0) continue;
     let m = byType.get(b.type);
-    if (!m) byType.set(b.type, (m = new Map()));
+    if (!m) {
+      m = new Map();
+      byType.set(b.type, m);
+    }
     m.set(b.bucket, (m.get(b.bucket) ?? 0) + b.count);
   }
   const out: Record<string, DurationSummary> = {};

@@ -22,10 +22,10 @@
  */
 import pg from 'pg';
 import { InvalidOptionsError } from '../../core/errors.js';
-import { isUuid, uuidv7Floor } from '../../core/ids.js';
+import { isUuid } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
-import { JOB_STATES, type JobState } from '../../core/states.js';
+import type { JobState } from '../../core/states.js';
 import {
   type JobQueueStore,
   type ClaimParams,

@@ -20,10 +20,9 @@
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import { uuidv7Floor } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
-import { JOB_STATES, type JobState } from '../../core/states.js';
+import type { JobState } from '../../core/states.js';
 import {
   type ClaimParams,
   type JobQueueStore,
