@@ -8,6 +8,7 @@ import pino, { type Logger } from 'pino';
 import type { JobFiles, JobFilesOptions } from './blobs/job-files.js';
 import type { StoredResultFile } from './blobs/results.js';
 import { JobBus } from './channel/bus.js';
+import { LonghaulMetrics } from './metrics/metrics.js';
 import type { Channel } from './channel/channel.js';
 import { type ConfigOptions, checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
 import { BatchItemError, InvalidOptionsError } from './core/errors.js';
@@ -72,6 +73,8 @@ export class Longhaul {
   /** What reads, watches and control act on; built once, as the hot reads take it on every call. */
   private readonly readCtx: WatchContext;
   private readonly controlCtx: ControlContext;
+  /** Prometheus metrics of this instance (`GET /metrics`; see src/metrics/metrics.ts and docs/observability.md). */
+  readonly metrics: LonghaulMetrics;
   /** Cron schedules: create, list, get, update, pause, resume, delete, trigger, and the tick pass (facade/schedules.ts). */
   readonly schedules: Schedules;
 
@@ -93,7 +96,9 @@ export class Longhaul {
     const { bus, taskMap } = this;
     this.lazyFiles = new LazyFiles(config.database, filesOptions);
     this.submission = new Submission({ store, bus, config, webhookConfig, tasks: taskMap });
-    const internalTasks = [webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id) })];
+    const internalTasks = [
+      webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id), attempted: (outcome) => bus.emit('webhook:attempt', { outcome }) }),
+    ];
     const files = this.lazyFiles;
     this.schedules = new Schedules({
       store,
@@ -121,6 +126,7 @@ export class Longhaul {
     });
     this.readCtx = { store, logger, bus, relayed: channel !== null, files: () => this.files(), isClosed: () => this.runtime.closed };
     this.controlCtx = { store, bus };
+    this.metrics = new LonghaulMetrics({ bus, store });
   }
 
   static async open(options: OpenOptions = {}): Promise<Longhaul> {
@@ -360,7 +366,7 @@ export class Longhaul {
 
   /** Stops workers (gracefully, handing back unfinished jobs), the sweeper, and closes the store. */
   close(options: { drainMs?: number } = {}): Promise<void> {
-    return this.runtime.close(options);
+    return this.runtime.close(options).finally(() => this.metrics.close());
   }
 
   private assertOpen(): void {

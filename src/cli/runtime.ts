@@ -127,6 +127,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
         maxBodyBytes,
         streamBufferBytes,
         ...(env.LONGHAUL_STREAM_TOKEN_SECRET ? { streamTokenSecret: env.LONGHAUL_STREAM_TOKEN_SECRET } : {}),
+        ...(env.LONGHAUL_METRICS_TOKEN ? { metricsToken: env.LONGHAUL_METRICS_TOKEN } : {}),
         logger: logger.child({ component: 'http' }, { level: httpLogLevel }),
       });
       const address = await app.listen({ host, port });

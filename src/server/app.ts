@@ -4,7 +4,7 @@
  */
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Longhaul } from '../longhaul.js';
 import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER, tenantForKey } from './auth.js';
@@ -13,6 +13,7 @@ import type { AppContext } from './context.js';
 import { FeedHub, JobHub } from './hub.js';
 import { HttpProblem, invalidRequest, problemHandler, sendProblem } from './problem.js';
 import { registerJobRoutes } from './routes/jobs.js';
+import { registerMetricsRoute } from './routes/metrics.js';
 import { registerOpsRoutes } from './routes/ops.js';
 import { type ResultRouteOptions, registerResultRoutes } from './routes/results.js';
 import { registerStreamRoutes, webSocketSession } from './routes/streams.js';
@@ -44,6 +45,8 @@ export interface ServerOptions {
    */
   streamBufferBytes?: number;
   logger?: Logger | false;
+  /** A bearer token that may read `GET /metrics` (LONGHAUL_METRICS_TOKEN); see routes/metrics.ts. */
+  metricsToken?: string;
   /**
    * Uploads and result files. Default `true`: the Longhaul instance's blob storage and URL
    * signer (`lh.files()`); `false`: no upload or result routes; or explicit route options.
@@ -111,6 +114,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // So are requests Node's parser refuses before Fastify sees them (431, 408, 400).
     clientErrorHandler,
   });
+  const metrics = options.lh.metrics;
   const ctx: AppContext = {
     lh: options.lh,
     hub: new JobHub(options.lh),
@@ -201,6 +205,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // (the router decodes percent-escapes, so `/%761/jobs` reaches the /v1/jobs route and its
   // hook): per request, `request.routeOptions` builds a new object on every read.
   app.addHook('onRoute', (route) => {
+    // HTTP metrics by route pattern (never the raw URL: ids would make unbounded series). A hook
+    // per route knows its pattern without reading request.routeOptions on every request.
+    const pattern = route.url ?? 'unknown';
+    const observe = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+      metrics.observeRequest(request.method, pattern, reply.statusCode, reply.elapsedTime / 1000);
+      done();
+    };
+    route.onResponse = [...hookList(route.onResponse), observe];
     if (!route.url?.startsWith('/v1/')) return;
     // Signed result URLs carry their own authorisation (checked by the route).
     if (route.config?.signedUrl) return;
@@ -224,6 +236,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
   registerOpsRoutes(app, ctx);
+  registerMetricsRoute(app, ctx, { apiKeys: keys, ...(options.metricsToken ? { metricsToken: options.metricsToken } : {}) });
   registerJobRoutes(app, ctx);
   registerWorkflowRoutes(app, ctx);
   registerScheduleRoutes(app, ctx);

@@ -150,6 +150,10 @@ export class Sweeper {
     } catch (err) {
       this.options.logger.error({ err }, 'stats compaction failed');
     }
+    const r = report;
+    if (r.reaped + r.timedOut + r.forced + r.stalled + r.expired + r.deleted > 0) {
+      this.options.bus.emit('sweeper:pass', { reaped: r.reaped, timedOut: r.timedOut, forced: r.forced, stalled: r.stalled, expired: r.expired, deleted: r.deleted });
+    }
     if (this.options.maintenance) {
       try {
         await this.options.maintenance(now);

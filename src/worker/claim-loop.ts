@@ -208,6 +208,7 @@ export class ClaimLoop {
       if (limit > 0) this.ahead.cycleRan(performance.now() - t0);
       this.writer.written(batch, res.applied);
       this.o.stats.claimed += jobs.length;
+      for (const job of jobs) this.o.bus.emit('attempt:started', { job });
       // A full batch means more may be waiting: claim again as soon as slots free up.
       if (limit > 0 && jobs.length === limit) this.wanted = true;
       this.pumpFailures = 0;

@@ -41,6 +41,7 @@ export class OutcomeWriter {
       if (applied[i]) {
         stats[outcome.stat]++;
         announce(bus, a.job, outcome.write);
+        bus.emit('attempt:ended', { job: a.job, to: outcome.write.to, at: outcome.write.at });
       } else {
         stats.refused++;
         log.warn({ jobId: a.job.id, to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');
