@@ -9,6 +9,7 @@ import type { JobFiles, JobFilesOptions } from './blobs/job-files.js';
 import type { StoredResultFile } from './blobs/results.js';
 import { JobBus } from './channel/bus.js';
 import { LonghaulMetrics } from './metrics/metrics.js';
+import { jobLogFields, LOG_REDACT } from './core/log-fields.js';
 import type { Channel } from './channel/channel.js';
 import { type ConfigOptions, checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
 import { BatchItemError, InvalidOptionsError } from './core/errors.js';
@@ -127,11 +128,14 @@ export class Longhaul {
     this.readCtx = { store, logger, bus, relayed: channel !== null, files: () => this.files(), isClosed: () => this.runtime.closed };
     this.controlCtx = { store, bus };
     this.metrics = new LonghaulMetrics({ bus, store });
+    bus.on('job:submitted', ({ job }) => {
+      if (logger.isLevelEnabled('debug')) logger.debug(jobLogFields(job), 'job submitted');
+    });
   }
 
   static async open(options: OpenOptions = {}): Promise<Longhaul> {
     const config = resolveConfig(options);
-    const logger = options.logger ?? pino({ level: logLevelFromEnv('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul' });
+    const logger = options.logger ?? pino({ level: logLevelFromEnv('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul', redact: LOG_REDACT });
     const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
     if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
     const webhookConfig = resolveWebhookConfig(options.webhooks);

@@ -15,7 +15,7 @@
  * Labels are `task_type`, `state`, `outcome`, `method`, `route`, `status`: never a job id or a
  * tenant (unbounded series).
  */
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, type Metric, Registry } from 'prom-client';
 import { isRelayed } from '../channel/bridge.js';
 import type { JobBus } from '../channel/bus.js';
 import type { JobState } from '../core/states.js';
@@ -139,7 +139,7 @@ export class LonghaulMetrics {
       const node = new Registry();
       collectDefaultMetrics({ register: node, eventLoopMonitoringPrecision: 10 });
       for (const m of node.getMetricsAsArray()) {
-        if (!NOT_COUNTERS.test((m as unknown as { name: string }).name)) this.registry.registerMetric(m);
+        if (!NOT_COUNTERS.test(m.name)) this.registry.registerMetric(m as unknown as Metric);
       }
     }
     return this.registry.metrics();

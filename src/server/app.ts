@@ -25,6 +25,7 @@ import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
 import { acceptWebSockets } from './websocket.js';
 import { parseJson } from '../core/json-text.js';
+import { redactUrl } from '../core/log-fields.js';
 import { jsonDepth, MAX_JSON_DEPTH } from '../core/limits.js';
 
 export interface ServerOptions {
@@ -93,6 +94,11 @@ function tooDeep(value: unknown): HttpProblem | null {
   return invalidRequest(`request body nests deeper than ${BODY_DEPTH} levels`);
 }
 
+/** What a request line says about the request: never its headers, and its URL with secrets redacted. */
+function requestLogFields(req: FastifyRequest): Record<string, unknown> {
+  return { method: req.method, url: redactUrl(req.url), host: req.host, remoteAddress: req.ip };
+}
+
 /** A route option's hooks as a list (Fastify takes one function or an array). */
 function hookList<T>(hooks: T | T[] | undefined): T[] {
   return hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
@@ -101,7 +107,8 @@ function hookList<T>(hooks: T | T[] | undefined): T[] {
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const keys = options.apiKeys ?? [];
   const app = Fastify({
-    loggerInstance: (options.logger || undefined) as FastifyBaseLogger | undefined,
+    // Request lines name the URL without the query values that authorise it (signed URLs' sig, stream tokens).
+    loggerInstance: (options.logger ? options.logger.child({}, { serializers: { req: requestLogFields } }) : undefined) as FastifyBaseLogger | undefined,
     bodyLimit: options.maxBodyBytes ?? 1024 * 1024,
     // Path parameters past this are a 414: room for a signal name (128 characters), none for junk.
     routerOptions: { maxParamLength: 160 },

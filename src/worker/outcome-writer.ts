@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { TransitionParams } from '../core/transitions.js';
 import { isTransientStoreError } from '../core/store-errors.js';
+import { jobLogFields } from '../core/log-fields.js';
 import type { JobQueueStore } from '../store/store.js';
 import { announce } from '../transitions/apply.js';
 import type { Active, Attempts } from './attempt.js';
@@ -42,9 +43,10 @@ export class OutcomeWriter {
         stats[outcome.stat]++;
         announce(bus, a.job, outcome.write);
         bus.emit('attempt:ended', { job: a.job, to: outcome.write.to, at: outcome.write.at });
+        if (log.isLevelEnabled('debug')) log.debug({ ...jobLogFields(a.job), to: outcome.write.to, reason: outcome.write.reason }, 'attempt ended');
       } else {
         stats.refused++;
-        log.warn({ jobId: a.job.id, to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');
+        log.warn({ ...jobLogFields(a.job), to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');
       }
     }
   }
@@ -54,7 +56,7 @@ export class OutcomeWriter {
    * write again later (a passing store error).
    */
   async writeAlone(batch: Active[]): Promise<Active[]> {
-    const results = await writeEachAlone(this.o.store, batch.map(writeOf), this.o.log);
+    const results = await writeEachAlone(this.o.store, batch.map(writeOf), this.o.log, batch.map((a) => a.job));
     const done: Active[] = [];
     const applied: boolean[] = [];
     const again: Active[] = [];
