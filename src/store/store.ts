@@ -38,6 +38,8 @@ export interface NewJob {
   idempotencyKey: string | null;
   /** Hash of the request, compared when the idempotency key is seen again. */
   requestHash: string | null;
+  /** W3C trace context of the submit (`traceparent`), continued by the worker's attempt spans (src/telemetry/trace.ts). */
+  traceParent?: string | null;
 }
 
 /**
@@ -354,6 +356,8 @@ export interface JobQueueStore {
 
   /** True when another connection may have written since the last call (cheap poll for idle workers). */
   pollChanges(): Promise<boolean>;
+  /** The stored trace context (`traceparent`) of each listed job that has one (read only when tracing is on). */
+  traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>>;
 
   /**
    * Stores shared by several nodes elect one sweeper: true while this process holds the

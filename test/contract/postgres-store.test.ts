@@ -60,10 +60,10 @@ runRetentionContract(`postgres (${db.source})`, () => openStore());
 runStatsContract(
   `postgres (${db.source})`,
   () => openStore(),
-  async () => {
+  async (jobs) => {
     // The schema just before the stats migration, as a database written by the previous release.
     const schema = `t${++schemas}`;
-    const before = MIGRATIONS.indexOf(STATS_MIGRATION);
+    const before = MIGRATIONS.findIndex((m) => m.includes(STATS_MIGRATION));
     const rendered = renderMigrations(schema);
     await admin(async (c) => {
       await c.query(`CREATE SCHEMA "${schema}"`);
@@ -71,6 +71,13 @@ runStatsContract(
       for (let v = 0; v < before; v++) {
         await c.query(rendered[v] as string);
         await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
+      }
+      for (const j of jobs) {
+        await c.query(
+          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, started_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, log)
+           VALUES ($1, $2, $3, $4, 2, 3, $5, $5, $5, $6, $7, 30000, 60000, '[]')`,
+          [j.id, j.tenant, j.type, j.state, j.createdAt, j.startedAt, j.finishedAt],
+        );
       }
     });
     const store = new PostgresStore({ connectionString: db.url, schema });

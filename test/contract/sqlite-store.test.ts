@@ -50,14 +50,19 @@ runRetentionContract('sqlite (file)', () => openStore());
 runStatsContract(
   'sqlite (file)',
   () => openStore(),
-  async () => {
+  async (jobs) => {
     // The schema just before the stats migration, as a database written by the previous release.
     const path = tempPath();
     const db = new DatabaseSync(path);
     db.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
-    const before = MIGRATIONS.indexOf(STATS_MIGRATION);
+    const before = MIGRATIONS.findIndex((m) => m.includes(STATS_MIGRATION));
     for (const m of MIGRATIONS.slice(0, before)) db.exec(m);
     db.prepare("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', ?)").run(String(before));
+    const insert = db.prepare(
+      `INSERT INTO jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, started_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, log)
+       VALUES (?, ?, ?, ?, 2, 3, ?, ?, ?, ?, ?, 30000, 60000, '[]')`,
+    );
+    for (const j of jobs) insert.run(j.id, j.tenant, j.type, j.state, j.createdAt, j.createdAt, j.createdAt, j.startedAt, j.finishedAt);
     db.close();
     const store = new SqliteStore({ path });
     return {

@@ -128,6 +128,7 @@ function jobJson(job: NewJob, o: number): Record<string, unknown> {
     parent_id: job.parentId,
     idempotency_key: job.idempotencyKey,
     request_hash: job.requestHash,
+    trace_parent: job.traceParent ?? null,
   };
 }
 
@@ -211,16 +212,16 @@ export class PostgresStore implements Store {
     const from = `FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id`;
     const source = `json_to_recordset($1::json) AS x(o integer, id uuid, tenant text, type text, state text, priority smallint, input json,
       metadata json, max_attempts integer, run_at bigint, created_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
-      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text)`;
+      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text, trace_parent text)`;
     const insert = (backlog: boolean) => `
       WITH src AS (SELECT * FROM ${source}),
       ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
       ins AS (
         INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log, trace_parent)
         SELECT src.id, src.tenant, src.type, src.state, src.priority, src.input, src.metadata, src.max_attempts, src.run_at, src.created_at,
           src.created_at, src.timeout_ms, src.heartbeat_timeout_ms, src.stall_timeout_ms, src.result_ttl_ms, src.parent_id,
-          src.idempotency_key, src.request_hash, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text
+          src.idempotency_key, src.request_hash, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text, src.trace_parent
         FROM src
         ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
         ORDER BY src.o
@@ -536,6 +537,12 @@ export class PostgresStore implements Store {
   countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);
   activity: JobQueueStore['activity'] = (p) => this.stats.activity(p);
   compactStats: JobQueueStore['compactStats'] = (p) => this.stats.compactStats(p);
+
+  async traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>> {
+    if (params.ids.length === 0) return new Map();
+    const rows = await this.rows('trace_parents', `SELECT id::text, trace_parent FROM ${this.s}.jobs WHERE id = ANY($1::uuid[]) AND trace_parent IS NOT NULL`, [params.ids]);
+    return new Map(rows.map((r) => [r[0] as string, r[1] as string]));
+  }
 
   // ---- claims and transitions ---------------------------------------------------------------
 

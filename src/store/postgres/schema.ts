@@ -506,6 +506,10 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_ended ON {s}.jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
   CREATE INDEX job_signals_job ON {s}.job_signals (job_id);
   `,
-  // 6: stats kept as jobs change (counts by tenant, type and state; rates; run-time buckets): triggers append to a change log the sweeper folds
-  STATS_MIGRATION,
+  // 6: observability: stats kept as jobs change (counts by tenant, type and state; rates; run-time
+  // buckets), by triggers that append to a change log the sweeper folds (stats-schema.ts); the W3C
+  // trace context of a job's submit, continued by its attempts' spans
+  `${STATS_MIGRATION}
+  ALTER TABLE {s}.jobs ADD COLUMN trace_parent text;
+  `,
 ];

@@ -126,6 +126,7 @@ const INSERT_PARAMS = {
   parentId: (j: NewJob) => j.parentId,
   idempotencyKey: (j: NewJob) => j.idempotencyKey,
   requestHash: (j: NewJob) => j.requestHash,
+  traceParent: (j: NewJob) => j.traceParent ?? null,
   log: (j: NewJob) => JSON.stringify([{ from: null, to: j.state, at: j.createdAt, reason: 'submitted', attempt: 0, workerId: null }]),
 };
 
@@ -233,9 +234,9 @@ export class SqliteStore implements Store {
       insert: compile(
         db,
         `INSERT INTO jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log, trace_parent)
          VALUES (@id, @tenant, @type, @state, @priority, @input, @metadata, @maxAttempts, @runAt, @createdAt, @createdAt,
-          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @log)`,
+          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @log, @traceParent)`,
         INSERT_PARAMS,
       ),
       claimIds: compile(
@@ -412,6 +413,14 @@ export class SqliteStore implements Store {
   countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);
   activity: JobQueueStore['activity'] = (p) => this.stats.activity(p);
   compactStats: JobQueueStore['compactStats'] = (p) => this.stats.compactStats(p);
+
+  async traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>> {
+    if (params.ids.length === 0) return new Map();
+    const rows = this.stmt('SELECT id, trace_parent FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND trace_parent IS NOT NULL').all(
+      JSON.stringify(params.ids),
+    ) as { id: string; trace_parent: string }[];
+    return new Map(rows.map((r) => [r.id, r.trace_parent]));
+  }
 
   // ---- claims -------------------------------------------------------------------------
 
