@@ -9,6 +9,7 @@ import type { JobFiles, JobFilesOptions } from './blobs/job-files.js';
 import type { StoredResultFile } from './blobs/results.js';
 import { JobBus } from './channel/bus.js';
 import { LonghaulMetrics } from './metrics/metrics.js';
+import { inSubmitSpan, tracingEnabled } from './telemetry/trace.js';
 import { jobLogFields, LOG_REDACT } from './core/log-fields.js';
 import type { Channel } from './channel/channel.js';
 import { type ConfigOptions, checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
@@ -213,6 +214,7 @@ export class Longhaul {
   /** Submits a job; `replayed` is true when an idempotency key returned an existing job. Not async: see Submission.enqueue. */
   enqueue(type: string, input?: unknown, options: SubmitOptions = {}): Promise<{ job: JobSnapshot; replayed: boolean }> {
     if (this.runtime.closed) return Promise.reject(closedError());
+    if (tracingEnabled()) return inSubmitSpan(type, () => this.submission.enqueue(type, input, options), (out) => out.job.id);
     return this.submission.enqueue(type, input, options);
   }
 

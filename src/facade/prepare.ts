@@ -3,6 +3,7 @@
  * them, before anything is written; the result is the row to insert, with the hash that lets an
  * idempotency key tell a replay from a different request.
  */
+import { activeTraceParent } from '../telemetry/trace.js';
 import { createHash } from 'node:crypto';
 import type { LonghaulConfig } from '../config.js';
 import { InputValidationError, InvalidOptionsError, UnknownTaskError, UnstorableValueError } from '../core/errors.js';
@@ -161,5 +162,6 @@ function newJob(
     parentId: parentId ?? null,
     idempotencyKey: idempotencyKey ?? null,
     requestHash,
+    traceParent: activeTraceParent(),
   };
 }
