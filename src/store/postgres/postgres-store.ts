@@ -213,15 +213,17 @@ export class PostgresStore implements Store {
     const source = `json_to_recordset($1::json) AS x(o integer, id uuid, tenant text, type text, state text, priority smallint, input json,
       metadata json, max_attempts integer, run_at bigint, created_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
       stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text, trace_parent text)`;
-    const insert = (backlog: boolean) => `
+    // `traced`: the jobs carry a trace context. Only then does the insert name trace_parent, so a
+    // store of this version still inserts into a schema migrated by an older one.
+    const insert = (backlog: boolean, traced = false) => `
       WITH src AS (SELECT * FROM ${source}),
       ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
       ins AS (
         INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log, trace_parent)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log${traced ? ', trace_parent' : ''})
         SELECT src.id, src.tenant, src.type, src.state, src.priority, src.input, src.metadata, src.max_attempts, src.run_at, src.created_at,
           src.created_at, src.timeout_ms, src.heartbeat_timeout_ms, src.stall_timeout_ms, src.result_ttl_ms, src.parent_id,
-          src.idempotency_key, src.request_hash, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text, src.trace_parent
+          src.idempotency_key, src.request_hash, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text${traced ? ', src.trace_parent' : ''}
         FROM src
         ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
         ORDER BY src.o
@@ -236,6 +238,8 @@ export class PostgresStore implements Store {
       from,
       insert: insert(false),
       insertWithBacklog: insert(true),
+      insertTraced: insert(false, true),
+      insertWithBacklogTraced: insert(true, true),
       byKeys: `SELECT ${JOB_SELECT}, j.request_hash ${from}
         WHERE (j.tenant, j.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
       backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
@@ -381,10 +385,15 @@ export class PostgresStore implements Store {
     }
     // No idempotency keys: one statement inserts the jobs that fit under the backlog limit.
     const json = JSON.stringify(jobs.map((j, i) => jobJson(j, i + 1)));
+    const traced = jobs.some((j) => j.traceParent);
     const rows =
       maxBacklog === undefined
-        ? await this.rows('insert', this.sql.insert, [json], client)
-        : await this.rows('insert_backlog', this.sql.insertWithBacklog, [json, Math.max(0, Math.floor(maxBacklog))], client);
+        ? traced
+          ? await this.rows('insert_traced', this.sql.insertTraced, [json], client)
+          : await this.rows('insert', this.sql.insert, [json], client)
+        : traced
+          ? await this.rows('insert_backlog_traced', this.sql.insertWithBacklogTraced, [json, Math.max(0, Math.floor(maxBacklog))], client)
+          : await this.rows('insert_backlog', this.sql.insertWithBacklog, [json, Math.max(0, Math.floor(maxBacklog))], client);
     return jobs.map((job, i) => (i < rows.length ? { kind: 'created', job: insertedRecord(job) } : { kind: 'full', backlog: maxBacklog ?? 0 }));
   }
 
@@ -459,7 +468,9 @@ export class PostgresStore implements Store {
     const owners = new Map<string, { job: JobRecord; hash: string | null }>();
     if (toInsert.length > 0) {
       const json = JSON.stringify(toInsert.map((i) => jobJson(jobs[i] as NewJob, i + 1)));
-      const rows = await this.rows('insert', this.sql.insert, [json], client);
+      const rows = toInsert.some((i) => jobs[i]?.traceParent)
+        ? await this.rows('insert_traced', this.sql.insertTraced, [json], client)
+        : await this.rows('insert', this.sql.insert, [json], client);
       const inserted = new Set(rows.map((r) => r[0] as string));
       const lost: NewJob[] = [];
       for (const i of toInsert) {

@@ -126,7 +126,6 @@ const INSERT_PARAMS = {
   parentId: (j: NewJob) => j.parentId,
   idempotencyKey: (j: NewJob) => j.idempotencyKey,
   requestHash: (j: NewJob) => j.requestHash,
-  traceParent: (j: NewJob) => j.traceParent ?? null,
   log: (j: NewJob) => JSON.stringify([{ from: null, to: j.state, at: j.createdAt, reason: 'submitted', attempt: 0, workerId: null }]),
 };
 
@@ -234,9 +233,9 @@ export class SqliteStore implements Store {
       insert: compile(
         db,
         `INSERT INTO jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log, trace_parent)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
          VALUES (@id, @tenant, @type, @state, @priority, @input, @metadata, @maxAttempts, @runAt, @createdAt, @createdAt,
-          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @log, @traceParent)`,
+          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @log)`,
         INSERT_PARAMS,
       ),
       claimIds: compile(
@@ -333,6 +332,8 @@ export class SqliteStore implements Store {
     }
     const insert = this.hot.insert;
     insert.stmt.run(...insert.args(job));
+    // Its own statement, so that the insert names no column an older schema lacks unless tracing is on.
+    if (job.traceParent) this.stmt('UPDATE jobs SET trace_parent = ? WHERE id = ?').run(job.traceParent, job.id);
     return { kind: 'created', job: insertedRecord(job) };
   }
 
