@@ -120,6 +120,11 @@ interface StoreResult {
   stats: ReturnType<typeof summarise>;
   metrics: ReturnType<typeof summarise>;
   loopMaxMs: number;
+  /** In-process calls (no HTTP): wall time, and this process's CPU time per call (what holds the event loop). */
+  directStats: ReturnType<typeof summarise>;
+  directStatsCpuMs: number;
+  directMetrics: ReturnType<typeof summarise>;
+  directMetricsCpuMs: number;
   submitAlone: ReturnType<typeof summarise>;
   submitScraped: ReturnType<typeof summarise>;
   scrapeDuringMs: ReturnType<typeof summarise>;
@@ -186,6 +191,15 @@ async function measure(store: string, database: string, fill: () => Promise<void
       for (let i = 0; i < READS; i++) stats.push(await timed(() => get(`${base}/v1/stats`)));
       for (let i = 0; i < READS; i++) metrics.push(await timed(() => get(`${base}/metrics`)));
       loop.disable();
+      const direct = async (fn: () => Promise<unknown>) => {
+        const wall: number[] = [];
+        const cpu0 = process.cpuUsage();
+        for (let i = 0; i < READS; i++) wall.push(await timed(fn));
+        const cpu = process.cpuUsage(cpu0);
+        return { wall: summarise(wall), cpuMs: (cpu.user + cpu.system) / 1000 / READS };
+      };
+      const ds = await direct(() => lh.stats({ tenant: 'acme' }));
+      const dm = await direct(() => lh.metrics.render());
       const alone = await submitLoad(base, SUBMIT_SECONDS, false);
       const scraped = await submitLoad(base, SUBMIT_SECONDS, true);
       return {
@@ -195,6 +209,10 @@ async function measure(store: string, database: string, fill: () => Promise<void
         stats: summarise(stats),
         metrics: summarise(metrics),
         loopMaxMs: loop.max / 1e6,
+        directStats: ds.wall,
+        directStatsCpuMs: ds.cpuMs,
+        directMetrics: dm.wall,
+        directMetricsCpuMs: dm.cpuMs,
         submitAlone: summarise(alone.submits),
         submitScraped: summarise(scraped.submits),
         scrapeDuringMs: summarise(scraped.scrapes),
@@ -245,6 +263,13 @@ console.log(
   table(
     ['store', 'count(*) by state (old read)', 'GET /v1/stats p50', 'p99', 'max', 'GET /metrics p50', 'p99', 'max', 'event loop max delay'],
     results.map((r) => [r.store, fmtMs(r.oldCountMs), ...f(r.stats), ...f(r.metrics), fmtMs(r.loopMaxMs)]),
+  ),
+);
+console.log('');
+console.log(
+  table(
+    ['store', 'lh.stats() p50', 'p99', 'max', 'CPU/call', 'metrics.render() p50', 'p99', 'max', 'CPU/call'],
+    results.map((r) => [r.store, ...f(r.directStats), fmtMs(r.directStatsCpuMs), ...f(r.directMetrics), fmtMs(r.directMetricsCpuMs)]),
   ),
 );
 console.log('');

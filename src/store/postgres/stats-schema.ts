@@ -57,6 +57,9 @@ export const STATS_MIGRATION = `
     finished_at bigint,
     bucket integer
   );
+  -- A queue: rows are appended and soon deleted. The store vacuums it after folding (stats-ops.ts);
+  -- autovacuum as a backstop, early.
+  ALTER TABLE {s}.job_changes SET (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_insert_threshold = 1000, autovacuum_vacuum_insert_scale_factor = 0);
 
   CREATE FUNCTION {s}.jobs_stats_insert() RETURNS trigger LANGUAGE plpgsql AS $$
   BEGIN
@@ -94,11 +97,13 @@ export const STATS_MIGRATION = `
     FOR EACH STATEMENT EXECUTE FUNCTION {s}.jobs_stats_delete();
 
   -- Folds job_changes into the three tables and drops buckets older than before_ms. One caller
-  -- at a time (a second one returns at once); false when it did not get the lock.
-  CREATE FUNCTION {s}.compact_stats(before_ms bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+  -- at a time (a second one returns at once, with -1); returns how many changes it folded.
+  CREATE FUNCTION {s}.compact_stats(before_ms bigint) RETURNS integer LANGUAGE plpgsql AS $$
+  DECLARE
+    folded integer;
   BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtext('{name}:stats'), 0) THEN
-      RETURN false;
+      RETURN -1;
     END IF;
     WITH d AS (DELETE FROM {s}.job_changes RETURNING *),
     c AS (
@@ -116,15 +121,18 @@ export const STATS_MIGRATION = `
         UNION ALL SELECT finished_at / 1000, tenant, type, 0, 1 FROM d WHERE finished_at IS NOT NULL
       ) x WHERE second >= before_ms / 1000 GROUP BY second, tenant, type
       ON CONFLICT (second, tenant, type) DO UPDATE SET submitted = t.submitted + excluded.submitted, finished = t.finished + excluded.finished
+    ),
+    h AS (
+      INSERT INTO {s}.job_durations AS t (minute, tenant, type, bucket, n)
+      SELECT finished_at / 60000, tenant, type, bucket, count(*) FROM d
+      WHERE bucket IS NOT NULL AND finished_at / 60000 >= before_ms / 60000 GROUP BY 1, 2, 3, 4
+      ON CONFLICT (minute, tenant, type, bucket) DO UPDATE SET n = t.n + excluded.n
     )
-    INSERT INTO {s}.job_durations AS t (minute, tenant, type, bucket, n)
-    SELECT finished_at / 60000, tenant, type, bucket, count(*) FROM d
-    WHERE bucket IS NOT NULL AND finished_at / 60000 >= before_ms / 60000 GROUP BY 1, 2, 3, 4
-    ON CONFLICT (minute, tenant, type, bucket) DO UPDATE SET n = t.n + excluded.n;
+    SELECT count(*) INTO folded FROM d;
     DELETE FROM {s}.job_rates WHERE second < before_ms / 1000;
     DELETE FROM {s}.job_durations WHERE minute < before_ms / 60000;
     DELETE FROM {s}.job_counts WHERE n = 0;
-    RETURN true;
+    RETURN folded;
   END $$;
 
   INSERT INTO {s}.job_counts (tenant, type, state, n) SELECT tenant, type, state, count(*) FROM {s}.jobs GROUP BY tenant, type, state;
