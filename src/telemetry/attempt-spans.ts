@@ -37,6 +37,11 @@ export class AttemptSpans {
     );
   }
 
+  /** True when the job's context is being read (tracing was on at its claim). */
+  reading(id: string): boolean {
+    return this.pending.has(id);
+  }
+
   /** The attempt's span, started at the claim, and the context its handler runs in; null when tracing is off. */
   async start(job: JobRecord): Promise<{ span: Span; ctx: Context } | null> {
     const read = this.pending.get(job.id);

@@ -234,7 +234,8 @@ export class Worker {
     const { job, task } = active;
     let result: HandlerResult;
     const t0 = performance.now();
-    const span = await this.spans.start(job);
+    // No await on the hot path when tracing is off (nothing was read for the job).
+    const span = this.spans.reading(job.id) ? await this.spans.start(job) : null;
     try {
       const ctx = this.contexts.needsCheckpointNote(active) ? await this.contexts.makeAfterNote(active) : this.contexts.make(active);
       const value = await this.spans.run(span, () => this.runHandler(active, ctx));

@@ -17,6 +17,7 @@ export class PgStatsOps {
   private readonly sql: ReturnType<typeof statements>;
   private foldedSinceVacuum = 0;
   private lastVacuum = 0;
+  private lastZeroDrop = 0;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -48,8 +49,10 @@ export class PgStatsOps {
   async activity(params: ActivityParams): Promise<Activity> {
     const t = params.tenant !== undefined;
     const extra = t ? [params.tenant] : [];
-    const [rates] = await this.rows(`stats_rates_${t ? 'tenant' : 'all'}`, this.sql.rates(t), [Math.floor(params.since / 1000), ...extra]);
-    const durations = await this.rows(`stats_durations_${t ? 'tenant' : 'all'}`, this.sql.durations(t), [Math.floor(params.durationsSince / 60_000), ...extra]);
+    const [[rates], durations] = await Promise.all([
+      this.rows(`stats_rates_${t ? 'tenant' : 'all'}`, this.sql.rates(t), [Math.floor(params.since / 1000), ...extra]),
+      this.rows(`stats_durations_${t ? 'tenant' : 'all'}`, this.sql.durations(t), [Math.floor(params.durationsSince / 60_000), ...extra]),
+    ]);
     return {
       submitted: Number(rates?.[0] ?? 0),
       finished: Number(rates?.[1] ?? 0),
@@ -64,7 +67,10 @@ export class PgStatsOps {
    * minute at best.
    */
   async compactStats(params: { before: number }): Promise<void> {
-    const res = await this.pool.query<{ n: number }>({ name: 'lh_stats_compact', text: `SELECT ${this.s}.compact_stats($1) AS n`, values: [params.before] });
+    // Counter rows at zero (a type or tenant with no job left) go once a minute: the delete scans them all.
+    const dropZero = Date.now() - this.lastZeroDrop >= 60_000;
+    if (dropZero) this.lastZeroDrop = Date.now();
+    const res = await this.pool.query<{ n: number }>({ name: 'lh_stats_compact', text: `SELECT ${this.s}.compact_stats($1, $2) AS n`, values: [params.before, dropZero] });
     const folded = Number(res.rows[0]?.n ?? 0);
     if (folded <= 0) return;
     this.foldedSinceVacuum += folded;

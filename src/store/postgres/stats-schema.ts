@@ -36,16 +36,18 @@ export const STATS_MIGRATION = `
     type text COLLATE "C" NOT NULL,
     submitted bigint NOT NULL,
     finished bigint NOT NULL,
-    PRIMARY KEY (second, tenant, type)
+    PRIMARY KEY (tenant, second, type)
   );
+  CREATE INDEX job_rates_second ON {s}.job_rates (second);
   CREATE TABLE {s}.job_durations (
     minute bigint NOT NULL,
     tenant text COLLATE "C" NOT NULL,
     type text COLLATE "C" NOT NULL,
     bucket integer NOT NULL,
     n bigint NOT NULL,
-    PRIMARY KEY (minute, tenant, type, bucket)
+    PRIMARY KEY (tenant, minute, type, bucket)
   );
+  CREATE INDEX job_durations_minute ON {s}.job_durations (minute);
   -- One row per change of a job that moves a figure: -1 for old_state, +1 for new_state, a
   -- submission at submitted_at, an end at finished_at (with its run-time bucket when timed).
   CREATE TABLE {s}.job_changes (
@@ -98,7 +100,7 @@ export const STATS_MIGRATION = `
 
   -- Folds job_changes into the three tables and drops buckets older than before_ms. One caller
   -- at a time (a second one returns at once, with -1); returns how many changes it folded.
-  CREATE FUNCTION {s}.compact_stats(before_ms bigint) RETURNS integer LANGUAGE plpgsql AS $$
+  CREATE FUNCTION {s}.compact_stats(before_ms bigint, drop_zero boolean) RETURNS integer LANGUAGE plpgsql AS $$
   DECLARE
     folded integer;
   BEGIN
@@ -120,18 +122,20 @@ export const STATS_MIGRATION = `
         SELECT submitted_at / 1000 AS second, tenant, type, 1 AS sub, 0 AS fin FROM d WHERE submitted_at IS NOT NULL
         UNION ALL SELECT finished_at / 1000, tenant, type, 0, 1 FROM d WHERE finished_at IS NOT NULL
       ) x WHERE second >= before_ms / 1000 GROUP BY second, tenant, type
-      ON CONFLICT (second, tenant, type) DO UPDATE SET submitted = t.submitted + excluded.submitted, finished = t.finished + excluded.finished
+      ON CONFLICT (tenant, second, type) DO UPDATE SET submitted = t.submitted + excluded.submitted, finished = t.finished + excluded.finished
     ),
     h AS (
       INSERT INTO {s}.job_durations AS t (minute, tenant, type, bucket, n)
       SELECT finished_at / 60000, tenant, type, bucket, count(*) FROM d
       WHERE bucket IS NOT NULL AND finished_at / 60000 >= before_ms / 60000 GROUP BY 1, 2, 3, 4
-      ON CONFLICT (minute, tenant, type, bucket) DO UPDATE SET n = t.n + excluded.n
+      ON CONFLICT (tenant, minute, type, bucket) DO UPDATE SET n = t.n + excluded.n
     )
     SELECT count(*) INTO folded FROM d;
     DELETE FROM {s}.job_rates WHERE second < before_ms / 1000;
     DELETE FROM {s}.job_durations WHERE minute < before_ms / 60000;
-    DELETE FROM {s}.job_counts WHERE n = 0;
+    IF drop_zero THEN
+      DELETE FROM {s}.job_counts WHERE n = 0;
+    END IF;
     RETURN folded;
   END $$;
 

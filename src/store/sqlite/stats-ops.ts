@@ -12,6 +12,7 @@ type Write = <T>(fn: () => T, rows?: number) => T;
 
 export class SqliteStatsOps {
   private readonly stmt: (sql: string) => StatementSync;
+  private lastZeroDrop = 0;
 
   constructor(
     db: DatabaseSync,
@@ -55,10 +56,13 @@ export class SqliteStatsOps {
   }
 
   async compactStats(params: { before: number }): Promise<void> {
+    // Counter rows at zero (a type or tenant with no job left) go once a minute: the delete scans them all.
+    const dropZero = Date.now() - this.lastZeroDrop >= 60_000;
+    if (dropZero) this.lastZeroDrop = Date.now();
     this.write(() => {
       this.stmt('DELETE FROM job_rates WHERE second < ?').run(Math.floor(params.before / 1000));
       this.stmt('DELETE FROM job_durations WHERE minute < ?').run(Math.floor(params.before / 60_000));
-      this.stmt('DELETE FROM job_counts WHERE n = 0').run();
+      if (dropZero) this.stmt('DELETE FROM job_counts WHERE n = 0').run();
     });
   }
 }

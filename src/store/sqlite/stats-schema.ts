@@ -9,7 +9,8 @@
  *   of their end, counted in log-scaled buckets (core/stats-window.ts).
  *
  * SQLite has one writer at a time, so the counter rows cannot be contended; the rate and
- * duration rows older than the stats window are deleted by `compactStats` (the sweeper).
+ * duration rows older than the stats window are deleted by `compactStats` (the sweeper). Rates and
+ * run times are keyed by tenant first: /v1/stats reads one tenant's window.
  */
 import { durationBucketSql } from '../../core/stats-window.js';
 
@@ -20,9 +21,9 @@ const WINDOW_START = "(CAST(unixepoch('subsec') * 1000 AS INTEGER) - 960000)";
 
 const finished = (when: string) => `
     INSERT INTO job_rates (second, tenant, type, submitted, finished) VALUES (NEW.finished_at / 1000, NEW.tenant, NEW.type, 0, 1)
-      ON CONFLICT (second, tenant, type) DO UPDATE SET finished = finished + 1;
+      ON CONFLICT (tenant, second, type) DO UPDATE SET finished = finished + 1;
     INSERT INTO job_durations (minute, tenant, type, bucket, n) SELECT NEW.finished_at / 60000, NEW.tenant, NEW.type, ${BUCKET}, 1
-      WHERE ${when} ON CONFLICT (minute, tenant, type, bucket) DO UPDATE SET n = n + 1;`;
+      WHERE ${when} ON CONFLICT (tenant, minute, type, bucket) DO UPDATE SET n = n + 1;`;
 
 export const STATS_MIGRATION = `
   CREATE TABLE job_counts (
@@ -38,22 +39,24 @@ export const STATS_MIGRATION = `
     type TEXT NOT NULL,
     submitted INTEGER NOT NULL,
     finished INTEGER NOT NULL,
-    PRIMARY KEY (second, tenant, type)
+    PRIMARY KEY (tenant, second, type)
   ) WITHOUT ROWID;
+  CREATE INDEX job_rates_second ON job_rates (second);
   CREATE TABLE job_durations (
     minute INTEGER NOT NULL,
     tenant TEXT NOT NULL,
     type TEXT NOT NULL,
     bucket INTEGER NOT NULL,
     n INTEGER NOT NULL,
-    PRIMARY KEY (minute, tenant, type, bucket)
+    PRIMARY KEY (tenant, minute, type, bucket)
   ) WITHOUT ROWID;
+  CREATE INDEX job_durations_minute ON job_durations (minute);
 
   CREATE TRIGGER jobs_stats_insert AFTER INSERT ON jobs BEGIN
     INSERT INTO job_counts (tenant, type, state, n) VALUES (NEW.tenant, NEW.type, NEW.state, 1)
       ON CONFLICT (tenant, type, state) DO UPDATE SET n = n + 1;
     INSERT INTO job_rates (second, tenant, type, submitted, finished) VALUES (NEW.created_at / 1000, NEW.tenant, NEW.type, 1, 0)
-      ON CONFLICT (second, tenant, type) DO UPDATE SET submitted = submitted + 1;
+      ON CONFLICT (tenant, second, type) DO UPDATE SET submitted = submitted + 1;
   END;
   CREATE TRIGGER jobs_stats_insert_ended AFTER INSERT ON jobs WHEN NEW.finished_at IS NOT NULL BEGIN ${finished(ENDED_WITH_TIME)}
   END;
