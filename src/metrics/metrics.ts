@@ -82,7 +82,7 @@ export class LonghaulMetrics {
     this.http = new Counter({ name: 'longhaul_http_requests_total', help: 'HTTP requests answered, by route and status.', labelNames: ['method', 'route', 'status'], registers });
     this.httpSeconds = new Histogram({
       name: 'longhaul_http_request_duration_seconds',
-      help: 'Time to answer HTTP requests, by route and status (streams: until the response started).',
+      help: 'Time to answer HTTP requests, by route and status.',
       labelNames: ['method', 'route', 'status'],
       buckets: HTTP_BUCKETS,
       registers,
