@@ -32,6 +32,8 @@ export {
 } from './core/errors.js';
 export { uuidv7 } from './core/ids.js';
 export { quotaFor, type TenantQuota, type TenantQuotas } from './core/quotas.js';
+export { jobLogFields, LOG_REDACT, redactUrl } from './core/log-fields.js';
+export { LonghaulMetrics } from './metrics/metrics.js';
 export type { ChildrenCounts, JobSnapshot, Priority, ResultFileLink } from './core/job.js';
 export type { JobWait } from './core/workflow.js';
 export type { Progress, ProgressUpdate } from './core/progress.js';

@@ -8,6 +8,9 @@ import pino, { type Logger } from 'pino';
 import type { JobFiles, JobFilesOptions } from './blobs/job-files.js';
 import type { StoredResultFile } from './blobs/results.js';
 import { JobBus } from './channel/bus.js';
+import { LonghaulMetrics } from './metrics/metrics.js';
+import { inSubmitSpan, tracingEnabled } from './telemetry/trace.js';
+import { jobLogFields, LOG_REDACT } from './core/log-fields.js';
 import type { Channel } from './channel/channel.js';
 import { type ConfigOptions, checkHeartbeat, type LonghaulConfig, logLevelFromEnv, resolveConfig } from './config.js';
 import { BatchItemError, InvalidOptionsError } from './core/errors.js';
@@ -76,6 +79,8 @@ export class Longhaul {
   /** What reads, watches and control act on; built once, as the hot reads take it on every call. */
   private readonly readCtx: WatchContext;
   private readonly controlCtx: ControlContext;
+  /** Prometheus metrics of this instance (`GET /metrics`; see src/metrics/metrics.ts and docs/observability.md). */
+  readonly metrics: LonghaulMetrics;
   /** Cron schedules: create, list, get, update, pause, resume, delete, trigger, and the tick pass (facade/schedules.ts). */
   readonly schedules: Schedules;
 
@@ -97,7 +102,9 @@ export class Longhaul {
     const { bus, taskMap } = this;
     this.lazyFiles = new LazyFiles(config.database, filesOptions);
     this.submission = new Submission({ store, bus, config, webhookConfig, tasks: taskMap });
-    const internalTasks = [webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id) })];
+    const internalTasks = [
+      webhookTask({ store, config: webhookConfig, snapshot: async (id) => this.get(id), attempted: (outcome) => bus.emit('webhook:attempt', { outcome }) }),
+    ];
     const files = this.lazyFiles;
     this.schedules = new Schedules({
       store,
@@ -125,11 +132,15 @@ export class Longhaul {
     });
     this.readCtx = { store, logger, bus, relayed: channel !== null, files: () => this.files(), isClosed: () => this.runtime.closed };
     this.controlCtx = { store, bus };
+    this.metrics = new LonghaulMetrics({ bus, store });
+    bus.on('job:submitted', ({ job }) => {
+      if (logger.isLevelEnabled('debug')) logger.debug(jobLogFields(job), 'job submitted');
+    });
   }
 
   static async open(options: OpenOptions = {}): Promise<Longhaul> {
     const config = resolveConfig(options);
-    const logger = options.logger ?? pino({ level: logLevelFromEnv('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul' });
+    const logger = options.logger ?? pino({ level: logLevelFromEnv('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul', redact: LOG_REDACT });
     const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
     if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
     const webhookConfig = resolveWebhookConfig(options.webhooks);
@@ -207,6 +218,7 @@ export class Longhaul {
   /** Submits a job; `replayed` is true when an idempotency key returned an existing job. Not async: see Submission.enqueue. */
   enqueue(type: string, input?: unknown, options: SubmitOptions = {}): Promise<{ job: JobSnapshot; replayed: boolean }> {
     if (this.runtime.closed) return Promise.reject(closedError());
+    if (tracingEnabled()) return inSubmitSpan(type, () => this.submission.enqueue(type, input, options), (out) => out.job.id);
     return this.submission.enqueue(type, input, options);
   }
 
@@ -406,7 +418,7 @@ export class Longhaul {
 
   /** Stops workers (gracefully, handing back unfinished jobs), the sweeper, and closes the store. */
   close(options: { drainMs?: number } = {}): Promise<void> {
-    return this.runtime.close(options);
+    return this.runtime.close(options).finally(() => this.metrics.close());
   }
 
   private assertOpen(): void {

@@ -49,6 +49,14 @@ export interface JobEvents {
    * anything kept up to date by relayed events should be re-read from the store.
    */
   'channel:resync': { transport: string };
+  /** This process's worker claimed a job: an attempt starts (`job` as claimed: startedAt, runAt). Never relayed. */
+  'attempt:started': { job: JobRecord };
+  /** The outcome of an attempt of this process's worker was written: the job went `to` at `at`. Never relayed. */
+  'attempt:ended': { job: JobRecord; to: JobState; at: number };
+  /** A pass of this process's sweeper acted on jobs (only the elected sweeper's passes do). Never relayed. */
+  'sweeper:pass': { reaped: number; timedOut: number; forced: number; stalled: number; expired: number; deleted: number };
+  /** A webhook delivery attempt of this process ended. Never relayed. */
+  'webhook:attempt': { outcome: 'delivered' | 'failed' | 'gone' | 'refused' };
 }
 
 export type JobEventName = keyof JobEvents;

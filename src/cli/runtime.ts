@@ -2,6 +2,7 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino, { type Logger } from 'pino';
+import { LOG_REDACT } from '../core/log-fields.js';
 import { type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
@@ -66,7 +67,7 @@ export function intSetting({ name, value }: Setting, fallback: number, min: numb
 }
 
 export function makeLogger(): Logger {
-  return pino({ level: logLevel('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul' });
+  return pino({ level: logLevel('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul', redact: LOG_REDACT });
 }
 
 function logLevel(variable: string, fallback: LogLevel): LogLevel {
@@ -127,6 +128,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
         maxBodyBytes,
         streamBufferBytes,
         ...(env.LONGHAUL_STREAM_TOKEN_SECRET ? { streamTokenSecret: env.LONGHAUL_STREAM_TOKEN_SECRET } : {}),
+        ...(env.LONGHAUL_METRICS_TOKEN ? { metricsToken: env.LONGHAUL_METRICS_TOKEN } : {}),
         logger: logger.child({ component: 'http' }, { level: httpLogLevel }),
       });
       const address = await app.listen({ host, port });

@@ -3,6 +3,7 @@
  * them, before anything is written; the result is the row to insert, with the hash that lets an
  * idempotency key tell a replay from a different request.
  */
+import { activeTraceParent } from '../telemetry/trace.js';
 import { createHash } from 'node:crypto';
 import type { LonghaulConfig } from '../config.js';
 import { InputValidationError, InvalidOptionsError, UnknownTaskError, UnstorableValueError } from '../core/errors.js';
@@ -162,6 +163,7 @@ function newJob(
     idempotencyKey: idempotencyKey ?? null,
     requestHash,
     concurrencyKey: task.concurrencyKey === undefined ? null : concurrencyKeyOf(task, type, value),
+    traceParent: activeTraceParent(),
   };
 }
 

@@ -11,6 +11,7 @@ import { type JobRecord, type JobSnapshot, toSnapshot } from '../core/job.js';
 import { isJobState, isTerminal, type JobState } from '../core/states.js';
 import { aggregateProgress } from '../core/workflow.js';
 import { hasUnstorable } from '../core/storable.js';
+import { DURATION_WINDOW_MS, durationPercentiles, RATE_WINDOW_MS } from '../core/stats-window.js';
 import type { JobQueueStore, ResultFileStore, SnapshotJson, WebhookOutboxStore, WorkflowStore } from '../store/store.js';
 
 export type { JobStats } from '../core/api-types.js';
@@ -200,24 +201,16 @@ export async function transitions(store: JobQueueStore, id: string, scope: Tenan
   return log.map((e) => ({ ...e, at: new Date(e.at).toISOString() }));
 }
 
-/** Counts by state, submission/completion rates over the last minute, run-time percentiles per type over 15 minutes. */
+/**
+ * Counts by state, submission/completion rates over the last minute, run-time percentiles per
+ * type over 15 minutes: all from the counters and buckets the store keeps as jobs change
+ * (core/stats-window.ts), so the cost does not grow with the number of jobs.
+ */
 export async function stats(store: JobQueueStore, scope: TenantScope): Promise<JobStats> {
   const now = Date.now();
   const [counts, activity] = await Promise.all([
     store.countByState(scope),
-    store.activity({ ...scope, since: now - 60_000, durationsSince: now - 15 * 60_000, limit: 20_000 }),
+    store.activity({ ...scope, since: now - RATE_WINDOW_MS, durationsSince: now - DURATION_WINDOW_MS }),
   ]);
-  const byType = new Map<string, number[]>();
-  for (const d of activity.durations) {
-    const list = byType.get(d.type) ?? [];
-    list.push(d.ms);
-    byType.set(d.type, list);
-  }
-  const durations: JobStats['durations'] = {};
-  for (const [type, list] of byType) {
-    list.sort((a, b) => a - b);
-    const pick = (q: number) => list[Math.min(list.length - 1, Math.ceil(q * list.length) - 1)] ?? 0;
-    durations[type] = { count: list.length, p50: pick(0.5), p95: pick(0.95), p99: pick(0.99) };
-  }
-  return { counts, rates: { submittedPerMinute: activity.submitted, finishedPerMinute: activity.finished }, durations };
+  return { counts, rates: { submittedPerMinute: activity.submitted, finishedPerMinute: activity.finished }, durations: durationPercentiles(activity.durations) };
 }

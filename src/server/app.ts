@@ -4,7 +4,7 @@
  */
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Longhaul } from '../longhaul.js';
 import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER, tenantForKey } from './auth.js';
@@ -13,6 +13,7 @@ import type { AppContext } from './context.js';
 import { FeedHub, JobHub } from './hub.js';
 import { HttpProblem, invalidRequest, problemHandler, sendProblem } from './problem.js';
 import { registerJobRoutes } from './routes/jobs.js';
+import { registerMetricsRoute } from './routes/metrics.js';
 import { registerOpsRoutes } from './routes/ops.js';
 import { type ResultRouteOptions, registerResultRoutes } from './routes/results.js';
 import { registerStreamRoutes, webSocketSession } from './routes/streams.js';
@@ -25,6 +26,7 @@ import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
 import { acceptWebSockets } from './websocket.js';
 import { parseJson } from '../core/json-text.js';
+import { redactUrl } from '../core/log-fields.js';
 import { jsonDepth, MAX_JSON_DEPTH } from '../core/limits.js';
 
 export interface ServerOptions {
@@ -45,6 +47,8 @@ export interface ServerOptions {
    */
   streamBufferBytes?: number;
   logger?: Logger | false;
+  /** A bearer token that may read `GET /metrics` (LONGHAUL_METRICS_TOKEN); see routes/metrics.ts. */
+  metricsToken?: string;
   /**
    * Uploads and result files. Default `true`: the Longhaul instance's blob storage and URL
    * signer (`lh.files()`); `false`: no upload or result routes; or explicit route options.
@@ -91,6 +95,11 @@ function tooDeep(value: unknown): HttpProblem | null {
   return invalidRequest(`request body nests deeper than ${BODY_DEPTH} levels`);
 }
 
+/** What a request line says about the request: never its headers, and its URL with secrets redacted. */
+function requestLogFields(req: FastifyRequest): Record<string, unknown> {
+  return { method: req.method, url: redactUrl(req.url), host: req.host, remoteAddress: req.ip };
+}
+
 /** A route option's hooks as a list (Fastify takes one function or an array). */
 function hookList<T>(hooks: T | T[] | undefined): T[] {
   return hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
@@ -99,7 +108,8 @@ function hookList<T>(hooks: T | T[] | undefined): T[] {
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const keys = options.apiKeys ?? [];
   const app = Fastify({
-    loggerInstance: (options.logger || undefined) as FastifyBaseLogger | undefined,
+    // Request lines name the URL without the query values that authorise it (signed URLs' sig, stream tokens).
+    loggerInstance: (options.logger ? options.logger.child({}, { serializers: { req: requestLogFields } }) : undefined) as FastifyBaseLogger | undefined,
     bodyLimit: options.maxBodyBytes ?? 1024 * 1024,
     // Path parameters past this are a 414: room for a signal name (128 characters), none for junk.
     routerOptions: { maxParamLength: 160 },
@@ -112,6 +122,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // So are requests Node's parser refuses before Fastify sees them (431, 408, 400).
     clientErrorHandler,
   });
+  const metrics = options.lh.metrics;
   const ctx: AppContext = {
     lh: options.lh,
     hub: new JobHub(options.lh),
@@ -202,6 +213,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // (the router decodes percent-escapes, so `/%761/jobs` reaches the /v1/jobs route and its
   // hook): per request, `request.routeOptions` builds a new object on every read.
   app.addHook('onRoute', (route) => {
+    // HTTP metrics by route pattern (never the raw URL: ids would make unbounded series). A hook
+    // per route knows its pattern without reading request.routeOptions on every request.
+    const pattern = route.url ?? 'unknown';
+    const observe = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+      metrics.observeRequest(request.method, pattern, reply.statusCode, reply.elapsedTime / 1000);
+      done();
+    };
+    route.onResponse = [...hookList(route.onResponse), observe];
     if (!route.url?.startsWith('/v1/')) return;
     // Signed result URLs carry their own authorisation (checked by the route).
     if (route.config?.signedUrl) return;
@@ -225,6 +244,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
   registerOpsRoutes(app, ctx);
+  registerMetricsRoute(app, ctx, { apiKeys: keys, ...(options.metricsToken ? { metricsToken: options.metricsToken } : {}) });
   registerJobRoutes(app, ctx);
   registerWorkflowRoutes(app, ctx);
   registerScheduleRoutes(app, ctx);

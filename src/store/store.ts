@@ -10,6 +10,7 @@
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
 import type { JobState } from '../core/states.js';
+import type { DurationBucketCount } from '../core/stats-window.js';
 import type { TransitionParams } from '../core/transitions.js';
 import type { DeadLetterStore } from './dead-letter-store.js';
 import type { RetentionStore } from './retention-store.js';
@@ -40,6 +41,8 @@ export interface NewJob {
   requestHash: string | null;
   /** The task's `concurrencyKey` of the input, when the task has one. */
   concurrencyKey?: string | null | undefined;
+  /** W3C trace context of the submit (`traceparent`), continued by the worker's attempt spans (src/telemetry/trace.ts). */
+  traceParent?: string | null;
 }
 
 /**
@@ -255,16 +258,24 @@ export interface SweepParams {
 
 export interface ActivityParams {
   tenant?: string;
+  /** Rates count submissions and ends from this second on. */
   since: number;
+  /** Run times of jobs that ended from this minute on. */
   durationsSince: number;
-  /** At most this many durations are returned (the most recent). */
-  limit: number;
 }
 
 export interface Activity {
   submitted: number;
   finished: number;
-  durations: Array<{ type: string; ms: number }>;
+  /** Run times per task type in log-scaled buckets (core/stats-window.ts). */
+  durations: DurationBucketCount[];
+}
+
+/** Jobs of one task type in one state. */
+export interface TypeStateCount {
+  type: string;
+  state: JobState;
+  count: number;
 }
 
 /** A result file recorded on a job (see src/blobs/results.ts), with its download count. */
@@ -392,12 +403,26 @@ export interface JobQueueStore {
   promoteDue(params: { now: number; limit: number }): Promise<number>;
   /** Jobs the sweeper must act on; it then applies transitions (CAS) itself. */
   sweepCandidates(params: SweepParams): Promise<JobRecord[]>;
+  /**
+   * Jobs per state, exact, from counters the store keeps in the same transaction as every
+   * insert, state change and delete of a job (its cost does not grow with the jobs table).
+   */
   countByState(params: { tenant?: string }): Promise<Record<JobState, number>>;
-  /** Jobs created since `since`, jobs finished since `since`, and run times of jobs finished since `durationsSince`. */
+  /** The same counters per task type (types with no job left are omitted). */
+  countByTypeAndState(params: { tenant?: string }): Promise<TypeStateCount[]>;
+  /** Jobs submitted and ended since `since` (to the second), and run-time buckets of jobs ended since `durationsSince` (to the minute). */
   activity(params: ActivityParams): Promise<Activity>;
+  /**
+   * Upkeep of the stats (the sweeper's pass): drops rate and run-time buckets older than
+   * `before`, and folds counter changes written since the last call (stores that log changes
+   * rather than update shared rows). Safe to call from several processes at once.
+   */
+  compactStats(params: { before: number }): Promise<void>;
 
   /** True when another connection may have written since the last call (cheap poll for idle workers). */
   pollChanges(): Promise<boolean>;
+  /** The stored trace context (`traceparent`) of each listed job that has one (read only when tracing is on). */
+  traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>>;
 
   /**
    * Stores shared by several nodes elect one sweeper: true while this process holds the

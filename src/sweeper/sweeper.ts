@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
 import { expireResult, flagStalled, forceCancel, reapLostWorker, requestTimeout, type TransitionParams } from '../core/transitions.js';
+import { STATS_WINDOW_MS } from '../core/stats-window.js';
 import type { JobQueueStore, WorkflowStore } from '../store/store.js';
 import { announceResumed } from '../workflow/signals.js';
 import { applyTransitions } from '../transitions/apply.js';
@@ -142,6 +143,16 @@ export class Sweeper {
       } catch (err) {
         this.options.logger.error({ err }, 'retention failed');
       }
+    }
+    try {
+      // Stats upkeep: old rate and run-time buckets go; PostgreSQL folds its change log.
+      await store.compactStats({ before: now - STATS_WINDOW_MS });
+    } catch (err) {
+      this.options.logger.error({ err }, 'stats compaction failed');
+    }
+    const r = report;
+    if (r.reaped + r.timedOut + r.forced + r.stalled + r.expired + r.deleted > 0) {
+      this.options.bus.emit('sweeper:pass', { reaped: r.reaped, timedOut: r.timedOut, forced: r.forced, stalled: r.stalled, expired: r.expired, deleted: r.deleted });
     }
     if (this.options.maintenance) {
       try {

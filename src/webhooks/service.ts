@@ -151,6 +151,8 @@ export interface WebhookTaskDeps {
   config: WebhookConfig;
   /** The job's current snapshot (with fresh signed result URLs), any tenant. */
   snapshot(jobId: string): Promise<JobSnapshot | null>;
+  /** Told how each delivery attempt ended (metrics). */
+  attempted?(outcome: 'delivered' | 'failed' | 'gone' | 'refused'): void;
 }
 
 /** The internal delivery task: one HTTP attempt per job attempt, retried on the configured schedule. */
@@ -195,6 +197,7 @@ export function webhookTask(deps: WebhookTaskDeps): Task {
         durationMs: result.durationMs,
         responseSnippet: result.responseSnippet === null ? null : escapeUnstorable(result.responseSnippet),
       });
+      deps.attempted?.(result.ok ? 'delivered' : result.gone ? 'gone' : result.refused ? 'refused' : 'failed');
       if (result.ok) return { delivered: true, status: result.status, attempt: ctx.attempt };
       if (result.gone) throw new FatalError('the receiver answered 410 Gone: no further attempts', { code: 'WEBHOOK_GONE' });
       if (result.refused) throw new FatalError(`webhook URL refused at delivery: ${result.error}`, { code: 'WEBHOOK_URL_REFUSED' });

@@ -8,6 +8,7 @@
  * Claimed jobs wait in a ready list until a slot frees; the worker (runtime.ts) runs them and
  * hands their outcomes back with `settle`.
  */
+import { jobLogFields } from '../core/log-fields.js';
 import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
@@ -144,7 +145,7 @@ export class ClaimLoop {
     active.settled = true;
     this.attempts.forget(active.job);
     this.o.stats.refused++;
-    this.o.log.warn({ jobId: active.job.id }, 'lease lost while running; outcome discarded');
+    this.o.log.warn(jobLogFields(active.job), 'lease lost while running; outcome discarded');
     this.schedulePump();
   }
 
@@ -219,6 +220,11 @@ export class ClaimLoop {
       if (limit > 0) this.ahead.cycleRan(performance.now() - t0);
       this.writer.written(batch, res.applied, res.deleted);
       this.o.stats.claimed += jobs.length;
+      const debug = this.o.log.isLevelEnabled('debug');
+      for (const job of jobs) {
+        this.o.bus.emit('attempt:started', { job });
+        if (debug) this.o.log.debug(jobLogFields(job), 'attempt claimed');
+      }
       // More may be waiting after a full batch, and after a claim that shared its places (the
       // store reads only a share of each tenant's or key's queue): claim again as soon as slots
       // free up.

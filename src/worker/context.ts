@@ -7,6 +7,7 @@
  * Most of it is made on first use (the logger, the reporter, the file handles, the signal): a
  * short job reads little of its ctx, and the worker makes one per job.
  */
+import { jobLogFields } from '../core/log-fields.js';
 import type { Logger } from 'pino';
 import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
 import { NO_RESULTS, NO_UPLOADS } from '../blobs/job-files.js';
@@ -183,7 +184,7 @@ export class HandlerContexts {
       },
       // A child logger per job costs more than a no-op job: make it on first use.
       get log() {
-        log ??= parentLog.child({ jobId: job.id, type: job.type, attempt: job.attempts });
+        log ??= parentLog.child(jobLogFields(job));
         return log;
       },
       progress: (update) => this.reporterOf(active).update(update),

@@ -4,6 +4,7 @@
  * What it learns ends up as an abort of the attempt (its `ctx.signal` fires); deciding the job's
  * next state from that is the outcome's business (outcome.ts).
  */
+import { jobLogFields } from '../core/log-fields.js';
 import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import { requestTimeout } from '../core/transitions.js';
@@ -110,7 +111,7 @@ export class LeaseUpkeep {
       await applyTransition(this.store, this.o.bus, job, requestTimeout(job, this.o.workerId, this.o.clock()));
     } catch (err) {
       // Called from a timer: a rejection here would be unhandled. The sweeper records the request instead.
-      this.o.log.error({ err, jobId: job.id }, 'could not record the timeout; aborting the handler anyway');
+      this.o.log.error({ err, ...jobLogFields(job) }, 'could not record the timeout; aborting the handler anyway');
     }
     active.abortState.abort('timeout');
   }

@@ -7,11 +7,14 @@
  * even that is refused is the job left to the sweeper (requeued when its lease times out).
  */
 import type { Logger } from 'pino';
+import { jobLogFields } from '../core/log-fields.js';
 import type { JobError } from '../core/errors.js';
 import { escapeUnstorable } from '../core/storable.js';
 import { isTransientStoreError } from '../core/store-errors.js';
 import { failRefused, type TransitionParams } from '../core/transitions.js';
 import type { JobQueueStore } from '../store/store.js';
+
+type JobLogSubject = Parameters<typeof jobLogFields>[0];
 
 export const OUTCOME_REFUSED = 'OUTCOME_REFUSED';
 
@@ -42,9 +45,17 @@ export function refusedOutcomeFallback(p: TransitionParams, err: unknown): Trans
 }
 
 /** Writes each transition in its own store call; never throws. */
-export async function writeEachAlone(store: JobQueueStore, items: readonly TransitionParams[], log: Logger): Promise<AloneResult[]> {
+export async function writeEachAlone(
+  store: JobQueueStore,
+  items: readonly TransitionParams[],
+  log: Logger,
+  /** The jobs the items are for, in order: their log fields (id, type, attempt, tenant). */
+  jobs: readonly JobLogSubject[] = [],
+): Promise<AloneResult[]> {
   const out: AloneResult[] = [];
-  for (const p of items) {
+  for (const [i, p] of items.entries()) {
+    const job = jobs[i];
+    const fields = job ? jobLogFields(job) : { jobId: p.id };
     let params = p;
     for (;;) {
       try {
@@ -57,11 +68,11 @@ export async function writeEachAlone(store: JobQueueStore, items: readonly Trans
           break;
         }
         if (params !== p) {
-          log.error({ err, jobId: p.id }, 'the store refused to fail the job too; it is requeued when its lease times out');
+          log.error({ err, ...fields }, 'the store refused to fail the job too; it is requeued when its lease times out');
           out.push({ kind: 'dropped' });
           break;
         }
-        log.error({ err, jobId: p.id, to: p.to }, "the store refused this job's outcome; failing the job instead");
+        log.error({ err, ...fields, to: p.to }, "the store refused this job's outcome; failing the job instead");
         params = refusedOutcomeFallback(p, err);
       }
     }

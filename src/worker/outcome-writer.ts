@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import { endedRecord, type TransitionParams } from '../core/transitions.js';
 import { isTransientStoreError } from '../core/store-errors.js';
+import { jobLogFields } from '../core/log-fields.js';
 import type { JobQueueStore } from '../store/store.js';
 import { announce } from '../transitions/apply.js';
 import type { Active, Attempts } from './attempt.js';
@@ -58,9 +59,11 @@ export class OutcomeWriter {
         const gone = deleted?.[i] === true;
         if (gone) bus.emit('job:deleted', { job: endedRecord(a.job, outcome.write) });
         announce(bus, a.job, outcome.write, gone);
+        bus.emit('attempt:ended', { job: a.job, to: outcome.write.to, at: outcome.write.at });
+        if (log.isLevelEnabled('debug')) log.debug({ ...jobLogFields(a.job), to: outcome.write.to, reason: outcome.write.reason }, 'attempt ended');
       } else {
         stats.refused++;
-        log.warn({ jobId: a.job.id, to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');
+        log.warn({ ...jobLogFields(a.job), to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');
       }
     }
   }
@@ -71,7 +74,7 @@ export class OutcomeWriter {
    */
   async writeAlone(batch: Active[]): Promise<Active[]> {
     const writes = batch.map((a) => keepingRow(writeOf(a)));
-    const results = await writeEachAlone(this.o.store, writes, this.o.log);
+    const results = await writeEachAlone(this.o.store, writes, this.o.log, batch.map((a) => a.job));
     const done: Active[] = [];
     const applied: boolean[] = [];
     const again: Active[] = [];

@@ -24,6 +24,7 @@ import { logFailedAttempt } from './attempt-end.js';
 import { ClaimLoop, type ClaimLoopHost } from './claim-loop.js';
 import { HandlerContexts, type WorkerFiles, type WorkerWorkflows } from './context.js';
 import { LeaseUpkeep } from './lease-upkeep.js';
+import { AttemptSpans } from '../telemetry/attempt-spans.js';
 import { sleepLong } from './long-timer.js';
 import type { TaskContext } from '../task-api/define.js';
 import { runSaga } from '../workflow/saga.js';
@@ -112,6 +113,8 @@ export class Worker {
   private readonly loop: ClaimLoop;
   private readonly upkeep: LeaseUpkeep;
   private readonly contexts: HandlerContexts;
+  /** Attempt spans, when the application registered an OpenTelemetry SDK (src/telemetry). */
+  private readonly spans: AttemptSpans;
   /** What outcomes read of this worker (one object, not one per job). */
   private readonly self: OutcomeWorker;
   /** Jobs being ended by settleLeftovers (shutdown). */
@@ -160,6 +163,7 @@ export class Worker {
       claimedWaitMs: this.claimedWaitMs,
     });
     this.upkeep = new LeaseUpkeep({ ...shared, heartbeatIntervalMs: options.defaults.heartbeatIntervalMs });
+    this.spans = new AttemptSpans(store);
     this.contexts = new HandlerContexts({
       store,
       workflows: options.workflows,
@@ -237,6 +241,7 @@ export class Worker {
     this.bus.emit('job:changed', { id: job.id, tenant: job.tenant, type: job.type, from: 'queued', to: 'running', reason: 'claimed' });
     this.upkeep.armTimeout(active);
     if (job.cancelRequested) active.abortState.abort(cancelKindOf(job.cancelReason));
+    this.spans.claimed(job);
     return active;
   }
 
@@ -244,9 +249,11 @@ export class Worker {
     const { job, task } = active;
     let result: HandlerResult;
     const t0 = performance.now();
+    // No await on the hot path when tracing is off (nothing was read for the job).
+    const span = this.spans.reading(job.id) ? await this.spans.start(job) : null;
     try {
       const ctx = this.contexts.needsCheckpointNote(active) ? await this.contexts.makeAfterNote(active) : this.contexts.make(active);
-      const value = await this.runHandler(active, ctx);
+      const value = await this.spans.run(span, () => this.runHandler(active, ctx));
       result = { ok: true, value };
     } catch (error) {
       result = { ok: false, error };
@@ -254,9 +261,13 @@ export class Worker {
     // The handler is done: its slot goes to the next waiting job; the outcome is written by the loop.
     this.loop.handlerDone(performance.now() - t0);
     active.timeoutTimer?.cancel();
-    if (active.settled) return; // handed back at shutdown: the transition is already written
+    if (active.settled) {
+      this.spans.end(span, 'retrying');
+      return; // handed back at shutdown: the transition is already written
+    }
     const kind = active.abortState.kind;
     if (active.reporter) await active.reporter.close(kind !== 'lease-lost' && kind !== 'suspended');
+    if (kind === 'lease-lost' || kind === 'suspended') this.spans.end(span, kind);
     if (kind === 'lease-lost') return this.loop.discard(active);
     if (kind === 'suspended') {
       // The job is waiting: store.suspend wrote (and announced) it; nothing more to write.
@@ -267,6 +278,7 @@ export class Worker {
     if (this.options.retention && deletedOnEnd(this.options.retention, task.retention, outcome.write.to)) outcome.write = { ...outcome.write, deleteOnEnd: true };
     const f = outcome.failure;
     if (f !== null) logFailedAttempt(this.log, job, f.thrown, f.error, f.next, f.runAt);
+    this.spans.end(span, outcome.write.to, f === null ? undefined : f.thrown);
     this.loop.settle(active, outcome);
   }
 
@@ -321,6 +333,7 @@ export class Worker {
    * ends cancelled, the others are handed back (see `leftoverOutcome`).
    */
   private async settleLeftovers(all: Active[], why: 'shutdown' | 'no free slot' = 'shutdown'): Promise<void> {
+    for (const a of all) this.spans.forget(a.job.id);
     // Jobs another call is already ending (a claim returning during stop(), then the drain's
     // end) are left to it: two hand-backs of one lease would be one too many.
     const leftovers = all.filter((a) => !a.settled && !this.leaving.has(a));

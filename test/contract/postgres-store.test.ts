@@ -20,8 +20,10 @@ import { emptyWorkflow, NEVER } from '../../src/core/workflow.js';
 import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../../src/index.js';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore, tenantBacklogSql } from '../../src/store/postgres/postgres-store.js';
-import { renderMigrations } from '../../src/store/postgres/schema.js';
+import { MIGRATIONS, renderMigrations } from '../../src/store/postgres/schema.js';
 import { deadLetterGroupsSql, deadLetterWhere, failedJobsSql } from '../../src/store/postgres/dead-letter-ops.js';
+import { STATS_MIGRATION } from '../../src/store/postgres/stats-schema.js';
+import { runStatsContract } from './store-contract/stats.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import type { SqlTransaction } from '../../src/store/store.js';
 import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
@@ -62,6 +64,38 @@ runRetentionContract(`postgres (${db.source})`, () => openStore());
 runClaimLimitsContract(`postgres (${db.source})`, () => openStore());
 runTenantQuotaContract(`postgres (${db.source})`, () => openStore());
 runDeadLetterContract(`postgres (${db.source})`, () => openStore());
+runStatsContract(
+  `postgres (${db.source})`,
+  () => openStore(),
+  async (jobs) => {
+    // The schema just before the stats migration, as a database written by the previous release.
+    const schema = `t${++schemas}`;
+    const before = MIGRATIONS.findIndex((m) => m.includes(STATS_MIGRATION));
+    const rendered = renderMigrations(schema);
+    await admin(async (c) => {
+      await c.query(`CREATE SCHEMA "${schema}"`);
+      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      for (let v = 0; v < before; v++) {
+        await c.query(rendered[v] as string);
+        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
+      }
+      for (const j of jobs) {
+        await c.query(
+          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, started_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, log)
+           VALUES ($1, $2, $3, $4, 2, 3, $5, $5, $5, $6, $7, 30000, 60000, '[]')`,
+          [j.id, j.tenant, j.type, j.state, j.createdAt, j.startedAt, j.finishedAt],
+        );
+      }
+    });
+    const store = new PostgresStore({ connectionString: db.url, schema });
+    return {
+      store,
+      migrate: async () => {
+        assert.deepEqual(await store.migrate(), { from: before, to: MIGRATIONS.length });
+      },
+    };
+  },
+);
 
 // ---- helpers for the PostgreSQL-specific tests ----
 

@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { after, afterEach, describe, it } from 'node:test';
 import type { SQLInputValue } from 'node:sqlite';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
@@ -23,6 +24,8 @@ import { runRetentionContract } from './store-contract/retention.js';
 import { runClaimLimitsContract } from './store-contract/claim-limits.js';
 import { runTenantQuotaContract } from './store-contract/tenant-quota.js';
 import { runDeadLetterContract } from './store-contract/dead-letters.js';
+import { runStatsContract } from './store-contract/stats.js';
+import { STATS_MIGRATION } from '../../src/store/sqlite/stats-schema.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -52,6 +55,32 @@ runRetentionContract('sqlite (file)', () => openStore());
 runClaimLimitsContract('sqlite (file)', () => openStore());
 runTenantQuotaContract('sqlite (file)', () => openStore());
 runDeadLetterContract('sqlite (file)', () => openStore());
+runStatsContract(
+  'sqlite (file)',
+  () => openStore(),
+  async (jobs) => {
+    // The schema just before the stats migration, as a database written by the previous release.
+    const path = tempPath();
+    const db = new DatabaseSync(path);
+    db.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
+    const before = MIGRATIONS.findIndex((m) => m.includes(STATS_MIGRATION));
+    for (const m of MIGRATIONS.slice(0, before)) db.exec(m);
+    db.prepare("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', ?)").run(String(before));
+    const insert = db.prepare(
+      `INSERT INTO jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, started_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, log)
+       VALUES (?, ?, ?, ?, 2, 3, ?, ?, ?, ?, ?, 30000, 60000, '[]')`,
+    );
+    for (const j of jobs) insert.run(j.id, j.tenant, j.type, j.state, j.createdAt, j.createdAt, j.createdAt, j.startedAt, j.finishedAt);
+    db.close();
+    const store = new SqliteStore({ path });
+    return {
+      store,
+      migrate: async () => {
+        assert.deepEqual(await store.migrate(), { from: before, to: MIGRATIONS.length });
+      },
+    };
+  },
+);
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];

@@ -1,4 +1,5 @@
 /** Job routes: submit, get, list, cancel, retry, transitions, stream tokens. */
+import { withRemoteParent } from '../../telemetry/trace.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { JobNotFoundError } from '../../core/errors.js';
 import type { JobSnapshot } from '../../core/job.js';
@@ -73,7 +74,8 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     const key = idempotencyKeyOf(request);
     const options = submitOptions(body, request.tenant);
     if (key !== undefined) options.idempotencyKey = key;
-    return lh.enqueue(body.type, body.input, options).then(({ job, replayed }) => {
+    // A caller's W3C traceparent header is the parent of the submit's span (telemetry/trace.ts).
+    return withRemoteParent(request.headers.traceparent, () => lh.enqueue(body.type, body.input, options)).then(({ job, replayed }) => {
       reply.header('Location', job.links.self);
       withSnapshotHeaders(reply, job);
       if (replayed) reply.header('Idempotent-Replayed', 'true');

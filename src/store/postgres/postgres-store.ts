@@ -22,15 +22,14 @@
  */
 import pg from 'pg';
 import { InvalidOptionsError } from '../../core/errors.js';
-import { isUuid, uuidv7Floor } from '../../core/ids.js';
+import { isUuid } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
 import { DEFAULT_PRIORITY_AGING_MS } from '../../core/claim-plan.js';
-import { JOB_STATES, type JobState } from '../../core/states.js';
+import type { JobState } from '../../core/states.js';
 import {
-  type Activity,
-  type ActivityParams,
   type ClaimCycle,
+  type JobQueueStore,
   type ClaimParams,
   type TenantCaps,
   type GetJobParams,
@@ -64,6 +63,7 @@ import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
 import { PgRetentionOps } from './retention-ops.js';
 import { PgDeadLetterOps } from './dead-letter-ops.js';
+import { PgStatsOps } from './stats-ops.js';
 import { keyReusable } from '../../core/retention.js';
 import { batchRefusal, countCap, limitOf, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
@@ -152,6 +152,7 @@ function jobJson(job: NewJob, o: number): Record<string, unknown> {
     idempotency_key: job.idempotencyKey,
     request_hash: job.requestHash,
     ckey: job.concurrencyKey ?? null,
+    trace_parent: job.traceParent ?? null,
   };
 }
 
@@ -223,6 +224,7 @@ export class PostgresStore implements Store {
   private readonly schedules: PgScheduleOps;
   private readonly retention: PgRetentionOps;
   private readonly deadLetters: PgDeadLetterOps;
+  private readonly stats: PgStatsOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -253,6 +255,7 @@ export class PostgresStore implements Store {
     this.schedules = new PgScheduleOps(this.pool, this.s);
     this.retention = new PgRetentionOps(this.pool, this.s);
     this.deadLetters = new PgDeadLetterOps(this.pool, this.s);
+    this.stats = new PgStatsOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -266,16 +269,18 @@ export class PostgresStore implements Store {
     const from = `FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id`;
     const source = `json_to_recordset($1::json) AS x(o integer, id uuid, tenant text, type text, state text, priority smallint, input json,
       metadata json, max_attempts integer, run_at bigint, created_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
-      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text, ckey text)`;
-    const insert = (backlog: boolean) => `
+      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text, ckey text, trace_parent text)`;
+    // `traced`: the jobs carry a trace context. Only then does the insert name trace_parent, so a
+    // store of this version still inserts into a schema migrated by an older one.
+    const insert = (backlog: boolean, traced = false) => `
       WITH src AS (SELECT * FROM ${source}),
       ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
       ins AS (
         INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, ckey, log)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, ckey, log${traced ? ', trace_parent' : ''})
         SELECT src.id, src.tenant, src.type, src.state, src.priority, src.input, src.metadata, src.max_attempts, src.run_at, src.created_at,
           src.created_at, src.timeout_ms, src.heartbeat_timeout_ms, src.stall_timeout_ms, src.result_ttl_ms, src.parent_id,
-          src.idempotency_key, src.request_hash, src.ckey, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text
+          src.idempotency_key, src.request_hash, src.ckey, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text${traced ? ', src.trace_parent' : ''}
         FROM src
         ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
         ORDER BY src.o
@@ -290,6 +295,8 @@ export class PostgresStore implements Store {
       from,
       insert: insert(false),
       insertWithBacklog: insert(true),
+      insertTraced: insert(false, true),
+      insertWithBacklogTraced: insert(true, true),
       byKeys: `SELECT ${JOB_SELECT}, j.request_hash ${from}
         WHERE (j.tenant, j.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
       backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
@@ -333,8 +340,6 @@ export class PostgresStore implements Store {
           AND greatest(coalesce(p.updated_at, 0), j.started_at) + j.stall_timeout_ms < $1`),
         expired: sweep("j.state = 'succeeded' AND j.expires_at IS NOT NULL AND j.expires_at < $1"),
       } satisfies Record<SweepParams['kind'], string>,
-      countAll: `SELECT state, count(*)::integer FROM ${s}.jobs GROUP BY state`,
-      countTenant: `SELECT state, count(*)::integer FROM ${s}.jobs WHERE tenant = $1 GROUP BY state`,
     };
   }
 
@@ -443,10 +448,15 @@ export class PostgresStore implements Store {
     }
     // No idempotency keys: one statement inserts the jobs that fit under the backlog limit.
     const json = JSON.stringify(jobs.map((j, i) => jobJson(j, i + 1)));
+    const traced = jobs.some((j) => j.traceParent);
     const rows =
       maxBacklog === undefined
-        ? await this.rows('insert', this.sql.insert, [json], client)
-        : await this.rows('insert_backlog', this.sql.insertWithBacklog, [json, Math.max(0, Math.floor(maxBacklog))], client);
+        ? traced
+          ? await this.rows('insert_traced', this.sql.insertTraced, [json], client)
+          : await this.rows('insert', this.sql.insert, [json], client)
+        : traced
+          ? await this.rows('insert_backlog_traced', this.sql.insertWithBacklogTraced, [json, Math.max(0, Math.floor(maxBacklog))], client)
+          : await this.rows('insert_backlog', this.sql.insertWithBacklog, [json, Math.max(0, Math.floor(maxBacklog))], client);
     return jobs.map((job, i) => (i < rows.length ? { kind: 'created', job: insertedRecord(job) } : { kind: 'full', backlog: maxBacklog ?? 0 }));
   }
 
@@ -553,7 +563,9 @@ export class PostgresStore implements Store {
     const owners = new Map<string, { job: JobRecord; hash: string | null }>();
     if (toInsert.length > 0) {
       const json = JSON.stringify(toInsert.map((i) => jobJson(jobs[i] as NewJob, i + 1)));
-      const rows = await this.rows('insert', this.sql.insert, [json], client);
+      const rows = toInsert.some((i) => jobs[i]?.traceParent)
+        ? await this.rows('insert_traced', this.sql.insertTraced, [json], client)
+        : await this.rows('insert', this.sql.insert, [json], client);
       const inserted = new Set(rows.map((r) => r[0] as string));
       const lost: NewJob[] = [];
       for (const i of toInsert) {
@@ -625,39 +637,17 @@ export class PostgresStore implements Store {
     return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
   }
 
-  async countByState(params: { tenant?: string }): Promise<Record<JobState, number>> {
-    const rows =
-      params.tenant === undefined
-        ? await this.rows('count_all', this.sql.countAll, [])
-        : await this.rows('count_tenant', this.sql.countTenant, [params.tenant]);
-    const out = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
-    for (const r of rows) out[r[0] as JobState] = Number(r[1]);
-    return out;
-  }
+  // ---- stats: stats-ops.ts (counters kept by the triggers of stats-schema.ts) ----------------
 
-  async activity(params: ActivityParams): Promise<Activity> {
-    const s = this.s;
-    const tenant = params.tenant === undefined ? '' : 'AND tenant = $3';
-    const extra = params.tenant === undefined ? [] : [params.tenant];
-    // Ids are UUIDv7, ordered by creation time: the primary key answers "created since".
-    const [counts] = await this.rows(
-      `activity_counts_${params.tenant === undefined ? 'all' : 'tenant'}`,
-      `SELECT (SELECT count(*)::integer FROM ${s}.jobs WHERE id >= $1::uuid ${tenant}),
-              (SELECT count(*)::integer FROM ${s}.jobs WHERE finished_at >= $2 ${tenant})`,
-      [uuidv7Floor(params.since), params.since, ...extra],
-    );
-    const durations = await this.rows(
-      `activity_durations_${params.tenant === undefined ? 'all' : 'tenant'}`,
-      `SELECT type, finished_at - started_at FROM ${s}.jobs
-       WHERE finished_at >= $1 AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired') ${tenant}
-       ORDER BY finished_at DESC LIMIT $2`,
-      [params.durationsSince, params.limit, ...extra],
-    );
-    return {
-      submitted: Number(counts?.[0] ?? 0),
-      finished: Number(counts?.[1] ?? 0),
-      durations: durations.map((r) => ({ type: r[0] as string, ms: Number(r[1]) })),
-    };
+  countByState: JobQueueStore['countByState'] = (p) => this.stats.countByState(p);
+  countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);
+  activity: JobQueueStore['activity'] = (p) => this.stats.activity(p);
+  compactStats: JobQueueStore['compactStats'] = (p) => this.stats.compactStats(p);
+
+  async traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>> {
+    if (params.ids.length === 0) return new Map();
+    const rows = await this.rows('trace_parents', `SELECT id::text, trace_parent FROM ${this.s}.jobs WHERE id = ANY($1::uuid[]) AND trace_parent IS NOT NULL`, [params.ids]);
+    return new Map(rows.map((r) => [r[0] as string, r[1] as string]));
   }
 
   // ---- claims and transitions ---------------------------------------------------------------

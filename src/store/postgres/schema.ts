@@ -15,6 +15,8 @@ import { logAppend, logAppendFixed } from './log-sql.js';
 
 export { logAppend, logAppendFixed } from './log-sql.js';
 
+import { STATS_MIGRATION } from './stats-schema.js';
+
 /** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
 export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
 
@@ -710,5 +712,11 @@ export const MIGRATIONS: readonly string[] = [
     RETURN v_applied;
   END
   $fn$;
+  `,
+  // 10: observability: stats kept as jobs change (counts by tenant, type and state; rates; run-time
+  // buckets), by triggers that append to a change log the sweeper folds (stats-schema.ts); the W3C
+  // trace context of a job's submit, continued by its attempts' spans
+  `${STATS_MIGRATION}
+  ALTER TABLE {s}.jobs ADD COLUMN trace_parent text;
   `,
 ];

@@ -3,6 +3,8 @@
  * run inside one IMMEDIATE transaction, so several processes opening the same file at once
  * apply each migration exactly once.
  */
+import { STATS_MIGRATION } from './stats-schema.js';
+
 export const MIGRATIONS: readonly string[] = [
   // 1: jobs, progress
   `
@@ -198,5 +200,11 @@ export const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (job_id, lease)
   ) WITHOUT ROWID;
   CREATE INDEX jobs_dead_letters ON jobs (tenant, type, error_code, finished_at, id) WHERE state = 'failed';
+  `,
+  // 9: observability: stats kept as jobs change (counts by tenant, type and state; rates; run-time
+  // buckets), by triggers (stats-schema.ts); the W3C trace context of a job's submit, continued by
+  // its attempts' spans
+  `${STATS_MIGRATION}
+  ALTER TABLE jobs ADD COLUMN trace_parent TEXT;
   `,
 ];

@@ -20,15 +20,13 @@
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import { uuidv7Floor } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
-import { JOB_STATES, type JobState } from '../../core/states.js';
+import type { JobState } from '../../core/states.js';
 import {
-  type Activity,
-  type ActivityParams,
   type ClaimCycle,
   type ClaimParams,
+  type JobQueueStore,
   type GetJobParams,
   type HeartbeatResult,
   insertedRecord,
@@ -65,6 +63,7 @@ import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
 import { SqliteRetentionOps } from './retention-ops.js';
 import { SqliteDeadLetterOps } from './dead-letter-ops.js';
+import { SqliteStatsOps } from './stats-ops.js';
 import { keyReusable } from '../../core/retention.js';
 import { batchRefusal, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 
@@ -155,6 +154,7 @@ export class SqliteStore implements Store {
   private readonly schedules: SqliteScheduleOps;
   private readonly retention: SqliteRetentionOps;
   private readonly deadLetters: SqliteDeadLetterOps;
+  private readonly stats: SqliteStatsOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -201,6 +201,7 @@ export class SqliteStore implements Store {
     this.schedules = new SqliteScheduleOps(this.db, (fn, rows) => this.write(fn, rows));
     this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
     this.deadLetters = new SqliteDeadLetterOps(this.db);
+    this.stats = new SqliteStatsOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
 
@@ -319,6 +320,8 @@ export class SqliteStore implements Store {
     }
     const insert = this.hot.insert;
     insert.stmt.run(...insert.args(job));
+    // Its own statement, so that the insert names no column an older schema lacks unless tracing is on.
+    if (job.traceParent) this.stmt('UPDATE jobs SET trace_parent = ? WHERE id = ?').run(job.traceParent, job.id);
     return { kind: 'created', job: insertedRecord(job) };
   }
 
@@ -415,33 +418,19 @@ export class SqliteStore implements Store {
     return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
   }
 
-  async countByState(params: { tenant?: string }): Promise<Record<JobState, number>> {
-    const rows = (
-      params.tenant === undefined
-        ? this.stmt('SELECT state, count(*) AS n FROM jobs GROUP BY state').all()
-        : this.stmt('SELECT state, count(*) AS n FROM jobs WHERE tenant = ? GROUP BY state').all(params.tenant)
-    ) as { state: JobState; n: number }[];
-    const out = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
-    for (const r of rows) out[r.state] = r.n;
-    return out;
-  }
+  // ---- stats: stats-ops.ts (counters kept by the triggers of stats-schema.ts) ----------------
 
-  async activity(params: ActivityParams): Promise<Activity> {
-    // node:sqlite refuses a named value the statement does not use: each statement gets its own.
-    const tenantSql = params.tenant === undefined ? '' : 'AND tenant = @tenant';
-    const tenant: Record<string, SQLInputValue> = params.tenant === undefined ? {} : { tenant: params.tenant };
-    // Ids are UUIDv7, ordered by creation time: the primary key answers "created since".
-    const submitted = this.stmt(`SELECT count(*) AS n FROM jobs WHERE id >= @sinceId ${tenantSql}`).get({ ...tenant, sinceId: uuidv7Floor(params.since) }) as {
-      n: number;
-    };
-    const finished = this.stmt(`SELECT count(*) AS n FROM jobs WHERE finished_at >= @since ${tenantSql}`).get({ ...tenant, since: params.since }) as { n: number };
-    const durations = this.stmt(
-      `SELECT type, finished_at - started_at AS ms FROM jobs
-       WHERE finished_at >= @dsince AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired') ${tenantSql}
-       ORDER BY finished_at DESC LIMIT @limit`,
-    ).all({ ...tenant, dsince: params.durationsSince, limit: params.limit }) as { type: string; ms: number }[];
-    // Plain objects: node:sqlite's rows have no prototype.
-    return { submitted: submitted.n, finished: finished.n, durations: durations.map((d) => ({ type: d.type, ms: d.ms })) };
+  countByState: JobQueueStore['countByState'] = (p) => this.stats.countByState(p);
+  countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);
+  activity: JobQueueStore['activity'] = (p) => this.stats.activity(p);
+  compactStats: JobQueueStore['compactStats'] = (p) => this.stats.compactStats(p);
+
+  async traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>> {
+    if (params.ids.length === 0) return new Map();
+    const rows = this.stmt('SELECT id, trace_parent FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND trace_parent IS NOT NULL').all(
+      JSON.stringify(params.ids),
+    ) as { id: string; trace_parent: string }[];
+    return new Map(rows.map((r) => [r.id, r.trace_parent]));
   }
 
   // ---- claims -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import { uuidv7 } from '../../../src/core/ids.js';
 import type { JobRecord, TransitionEntry } from '../../../src/core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../../src/core/progress.js';
 import { JOB_STATES } from '../../../src/core/states.js';
+import { durationBucket } from '../../../src/core/stats-window.js';
 import type { Store, TransitionParams } from '../../../src/store/store.js';
 import { assertLogReplays, contractHelpers, newJob, T0 } from './fixtures.js';
 
@@ -1121,11 +1122,11 @@ export function runJobQueueContract(name: string, makeStore: () => Promise<Store
         await insert({ createdAt: now });
         const r = await running({ createdAt: now }, now);
         assert.ok(await apply({ id: r.id, from: 'running', to: 'succeeded', lease: r.lease, reason: 'done', at: now + 250, patch: { finishedAt: now + 250 } }));
-        const a = await store.activity({ since: now - 60_000, durationsSince: now - 60_000, limit: 10 });
+        const a = await store.activity({ since: now - 60_000, durationsSince: now - 60_000 });
         assert.equal(a.submitted, 2);
         assert.equal(a.finished, 1);
-        assert.deepEqual(a.durations, [{ type: r.type, ms: 250 }]);
-        const other = await store.activity({ tenant: 'nobody', since: now - 60_000, durationsSince: now - 60_000, limit: 10 });
+        assert.deepEqual(a.durations, [{ type: r.type, bucket: durationBucket(250), count: 1 }]);
+        const other = await store.activity({ tenant: 'nobody', since: now - 60_000, durationsSince: now - 60_000 });
         assert.deepEqual(other, { submitted: 0, finished: 0, durations: [] });
       });
     });

@@ -1,0 +1,210 @@
+/**
+ * The stats part of the storage contract: countByState, countByTypeAndState, activity and
+ * compactStats read counters the store keeps as jobs change, never a count of the jobs table.
+ * This suite drives a random mix of inserts, claims, ends, retries, cancels, promotions, expiries,
+ * deletions and compactions, and after each round compares the counters with a real count of
+ * the jobs (listed page by page through the store), and the rates and run-time buckets with
+ * what the operations did. A second test migrates a database that has jobs from the schema
+ * before the counters, and checks the backfill.
+ *
+ *   runStatsContract('sqlite', makeStore, makeStoreBeforeStats);
+ */
+import assert from 'node:assert/strict';
+import { afterEach, describe, it } from 'node:test';
+import type { JobRecord } from '../../../src/core/job.js';
+import { JOB_STATES, type JobState } from '../../../src/core/states.js';
+import { durationBucket } from '../../../src/core/stats-window.js';
+import { afterFailure, cancelNow, expireResult, manualRetry, succeed } from '../../../src/core/transitions.js';
+import type { Store } from '../../../src/store/store.js';
+import { newJob } from './fixtures.js';
+
+/** Jobs a database written by the previous release holds (written with that schema's columns only). */
+export interface OldJob {
+  id: string;
+  tenant: string;
+  type: string;
+  state: 'queued' | 'succeeded';
+  createdAt: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+}
+
+/** A store at the schema version before the stats migration, and how to migrate it to the latest. */
+export interface StoreBeforeStats {
+  store: Store;
+  migrate(): Promise<void>;
+}
+
+const TENANTS = ['acme', 'globex'];
+const TYPES = ['a', 'b', 'c'];
+
+/** A small seeded generator (mulberry32), so a failure replays with the seed it prints. */
+function prng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Every job of the store, page by page: the real count the counters must equal. */
+async function allJobs(store: Store): Promise<JobRecord[]> {
+  const out: JobRecord[] = [];
+  let cursor: string | null = null;
+  do {
+    const page = await store.listJobs({ limit: 1000, cursor });
+    out.push(...page.items);
+    cursor = page.nextCursor;
+  } while (cursor);
+  return out;
+}
+
+async function assertCountsMatch(store: Store, note: string): Promise<void> {
+  const jobs = await allJobs(store);
+  const expect = (filter: (j: JobRecord) => boolean) => {
+    const out = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
+    for (const j of jobs) if (filter(j)) out[j.state]++;
+    return out;
+  };
+  assert.deepEqual(await store.countByState({}), expect(() => true), `${note}: all tenants`);
+  for (const t of [...TENANTS, 'nobody']) assert.deepEqual(await store.countByState({ tenant: t }), expect((j) => j.tenant === t), `${note}: tenant ${t}`);
+  const byType = new Map<string, number>();
+  for (const j of jobs) byType.set(`${j.type}/${j.state}`, (byType.get(`${j.type}/${j.state}`) ?? 0) + 1);
+  const got = new Map((await store.countByTypeAndState({})).map((r) => [`${r.type}/${r.state}`, r.count]));
+  assert.deepEqual(got, byType, `${note}: by type and state`);
+  const acme = new Map((await store.countByTypeAndState({ tenant: 'acme' })).map((r) => [`${r.type}/${r.state}`, r.count]));
+  const acmeExpected = new Map<string, number>();
+  for (const j of jobs) if (j.tenant === 'acme') acmeExpected.set(`${j.type}/${j.state}`, (acmeExpected.get(`${j.type}/${j.state}`) ?? 0) + 1);
+  assert.deepEqual(acme, acmeExpected, `${note}: by type and state, tenant acme`);
+}
+
+export function runStatsContract(name: string, makeStore: () => Promise<Store>, makeStoreBeforeStats: (jobs: OldJob[]) => Promise<StoreBeforeStats>): void {
+  describe(`store contract (stats): ${name}`, () => {
+    const open: Store[] = [];
+    afterEach(async () => {
+      for (const s of open.splice(0)) await s.close();
+    });
+
+    it('counters equal a real count after a random mix of operations; rates and run times match what was done', async () => {
+      const store = await makeStore();
+      open.push(store);
+      const seed = Number(process.env.STATS_SEED ?? Date.now() % 100_000);
+      const rnd = prng(seed);
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)] as T;
+      const base = Date.now();
+      let now = base;
+      let submitted = 0;
+      let finished = 0;
+      const runTimes = new Map<string, number[]>();
+      const ids: string[] = [];
+      const jobsIn = async (states: JobState[]) => {
+        const out: JobRecord[] = [];
+        for (const id of ids) {
+          const j = await store.getJob({ id });
+          if (j && states.includes(j.state)) out.push(j);
+        }
+        return out;
+      };
+
+      for (let round = 0; round < 8; round++) {
+        for (let op = 0; op < 25; op++) {
+          now += 1 + Math.floor(rnd() * 40);
+          const r = rnd();
+          if (r < 0.3 || ids.length < 5) {
+            const pending = rnd() < 0.25;
+            const nj = newJob({ tenant: pick(TENANTS), type: pick(TYPES), createdAt: now, runAt: pending ? now + 1000 : now, state: pending ? 'pending' : 'queued' });
+            const res = await store.insertJobs({ jobs: [nj] });
+            assert.equal(res[0]?.kind, 'created');
+            ids.push(nj.id);
+            submitted++;
+          } else if (r < 0.45) {
+            await store.claimJobs({ workerId: 'w', types: TYPES.map((type) => ({ type })), limit: 1 + Math.floor(rnd() * 4), now });
+          } else if (r < 0.65) {
+            const [job] = await jobsIn(['running']);
+            if (!job) continue;
+            const end = rnd();
+            const write =
+              end < 0.6
+                ? succeed(job, 'w', now, { ok: true }, rnd() < 0.5 ? 1 : 3_600_000)
+                : end < 0.8
+                  ? afterFailure(job, 'w', now, { to: 'failed', error: { message: 'no', code: 'E', retryable: false } })
+                  : afterFailure(job, 'w', now, { to: 'retrying', error: { message: 'again', code: 'E', retryable: true }, runAt: now + 500 });
+            const [ok] = await store.transition({ items: [write] });
+            if (ok && write.to !== 'retrying') {
+              finished++;
+              const list = runTimes.get(job.type) ?? [];
+              list.push(now - (job.startedAt ?? now));
+              runTimes.set(job.type, list);
+            }
+          } else if (r < 0.72) {
+            const [job] = await jobsIn(['queued', 'pending', 'retrying']);
+            if (job && (await store.transition({ items: [cancelNow(job, now)] }))[0]) finished++;
+          } else if (r < 0.78) {
+            const [job] = await jobsIn(['failed', 'cancelled']);
+            if (job) await store.transition({ items: [manualRetry(job, now)] });
+          } else if (r < 0.85) {
+            await store.promoteDue({ now: now + 2000, limit: 3 });
+          } else if (r < 0.9) {
+            const expired = await store.sweepCandidates({ kind: 'expired', now: now + 10, limit: 5 });
+            await store.transition({ items: expired.map((j) => expireResult(j, now)) });
+          } else if (r < 0.96) {
+            const ended = await store.endedJobs({ filter: { states: ['succeeded', 'expired', 'failed', 'cancelled'] }, limit: 1 + Math.floor(rnd() * 3) });
+            await store.deleteJobs({ ids: ended.map((e) => e.id) });
+          } else {
+            await store.compactStats({ before: base - 16 * 60_000 });
+          }
+        }
+        await assertCountsMatch(store, `seed ${seed}, round ${round}`);
+        const a = await store.activity({ since: base - 1000, durationsSince: base - 60_000 });
+        assert.equal(a.submitted, submitted, `seed ${seed}: submitted`);
+        assert.equal(a.finished, finished, `seed ${seed}: finished`);
+        const buckets = new Map<string, number>();
+        for (const d of a.durations) buckets.set(`${d.type}/${d.bucket}`, (buckets.get(`${d.type}/${d.bucket}`) ?? 0) + d.count);
+        const expected = new Map<string, number>();
+        for (const [type, list] of runTimes) for (const ms of list) expected.set(`${type}/${durationBucket(ms)}`, (expected.get(`${type}/${durationBucket(ms)}`) ?? 0) + 1);
+        assert.deepEqual(buckets, expected, `seed ${seed}: run-time buckets`);
+      }
+      // The window: nothing was submitted or ended an hour from now; compaction keeps the figures.
+      assert.deepEqual(await store.activity({ since: now + 3_600_000, durationsSince: now + 3_600_000 }), { submitted: 0, finished: 0, durations: [] });
+      await store.compactStats({ before: base - 16 * 60_000 });
+      await assertCountsMatch(store, `seed ${seed}, compacted`);
+      assert.equal((await store.activity({ since: base - 1000, durationsSince: base - 60_000 })).submitted, submitted);
+      // Buckets older than `before` go; the counters stay.
+      await store.compactStats({ before: now + 120_000 });
+      assert.deepEqual(await store.activity({ since: base - 1000, durationsSince: base - 60_000 }), { submitted: 0, finished: 0, durations: [] });
+      await assertCountsMatch(store, `seed ${seed}, after the window`);
+    });
+
+    it('a database with jobs, migrated from the schema before the counters, is counted exactly', async () => {
+      const now = Date.now();
+      // Type a's jobs ran for 250 ms and succeeded; the others wait.
+      const jobs: OldJob[] = Array.from({ length: 12 }, (_, i) => {
+        const ended = i % 3 === 0;
+        return {
+          id: newJob().id,
+          tenant: TENANTS[i % 2] as string,
+          type: TYPES[i % 3] as string,
+          state: ended ? 'succeeded' : 'queued',
+          createdAt: now - i * 1000,
+          startedAt: ended ? now : null,
+          finishedAt: ended ? now + 250 : null,
+        };
+      });
+      const claimed = jobs.filter((j) => j.state === 'succeeded');
+      const old = await makeStoreBeforeStats(jobs);
+      open.push(old.store);
+      await old.migrate();
+      await assertCountsMatch(old.store, 'after the migration');
+      const a = await old.store.activity({ since: now - 60_000, durationsSince: now - 60_000 });
+      assert.equal(a.submitted, 12);
+      assert.equal(a.finished, claimed.length);
+      assert.deepEqual(a.durations, [{ type: 'a', bucket: durationBucket(250), count: claimed.length }]);
+      // And the triggers count from there on.
+      await old.store.insertJobs({ jobs: [newJob({ type: 'z', createdAt: now })] });
+      await assertCountsMatch(old.store, 'after one more job');
+    });
+  });
+}
