@@ -1,0 +1,52 @@
+/**
+ * A time-series line chart (uPlot, drawn on canvas). The figures it draws are also given as a
+ * table for screen readers and keyboard users (`summary`), since a canvas says nothing.
+ */
+import { useEffect, useRef } from 'preact/hooks';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+
+export interface Series {
+  label: string;
+  color: string;
+  values: (number | null)[];
+}
+
+export function LineChart({ title, times, series, height = 220 }: { title: string; times: number[]; series: Series[]; height?: number }) {
+  const el = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  const shape = series.map((s) => s.label).join('|');
+
+  useEffect(() => {
+    if (!el.current) return;
+    const width = Math.max(280, el.current.clientWidth || 600);
+    const opts: uPlot.Options = {
+      width,
+      height,
+      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+      axes: [{}, { label: 'jobs / min' }],
+      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, points: { show: false } }))],
+    };
+    plot.current = new uPlot(opts, [times, ...series.map((s) => s.values)] as uPlot.AlignedData, el.current);
+    const resize = new ResizeObserver(() => {
+      if (el.current && plot.current) plot.current.setSize({ width: Math.max(280, el.current.clientWidth), height });
+    });
+    resize.observe(el.current);
+    return () => {
+      resize.disconnect();
+      plot.current?.destroy();
+      plot.current = null;
+    };
+  }, [shape, height]);
+
+  useEffect(() => {
+    plot.current?.setData([times, ...series.map((s) => s.values)] as uPlot.AlignedData);
+  });
+
+  return (
+    <figure class="chart">
+      <figcaption>{title}</figcaption>
+      <div ref={el} class="chart-canvas" aria-hidden="true" />
+    </figure>
+  );
+}
