@@ -12,6 +12,16 @@ import { useAsync, useFeed, useThrottled } from '../hooks';
 import { href } from '../router';
 import { type Attempt, type Job, type JobError, type Page, TERMINAL, type Transition, type WebhookDelivery } from '../types';
 
+/** A job's change sequence (as the server's SSE ids): the later of its state and progress times. */
+function seq(j: Job): number {
+  return Math.max(Date.parse(j.updatedAt), j.progress.updatedAt ? Date.parse(j.progress.updatedAt) : 0);
+}
+
+/** Keeps the newer of two snapshots: an answer may arrive after the feed sent a later state. */
+function newer(prev: Job | null, next: Job): Job {
+  return prev && prev.id === next.id && seq(next) < seq(prev) ? prev : next;
+}
+
 export function JobDetail({ id }: { id: string }) {
   const [job, setJob] = useState<Job | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -32,12 +42,12 @@ export function JobDetail({ id }: { id: string }) {
   const refreshRelated = useThrottled(() => setTick((t) => t + 1), 500);
   useFeed((snap, event) => {
     if (snap === null) {
-      api<Job>(`/v1/jobs/${encodeURIComponent(id)}`).then(setJob, () => undefined);
+      api<Job>(`/v1/jobs/${encodeURIComponent(id)}`).then((j) => setJob((prev) => newer(prev, j)), () => undefined);
       refreshRelated();
       return;
     }
     if (snap.id === id) {
-      setJob((prev) => (prev && Date.parse(snap.updatedAt) < Date.parse(prev.updatedAt) ? prev : snap));
+      setJob((prev) => newer(prev, snap));
       if (event === 'status') refreshRelated();
     } else if (snap.parentId === id && event === 'status') {
       refreshRelated();
@@ -49,7 +59,7 @@ export function JobDetail({ id }: { id: string }) {
     setNotice(null);
     try {
       const next = await api<Job>(`/v1/jobs/${encodeURIComponent(id)}/${action}`, { method: 'POST' });
-      setJob(next);
+      setJob((prev) => newer(prev, next));
       setNotice(action === 'cancel' ? (next.status === 'cancelled' ? 'Cancelled.' : 'Cancel requested: the worker is stopping the job.') : 'Queued again.');
       refreshRelated();
     } catch (err) {

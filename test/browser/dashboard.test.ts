@@ -1,0 +1,194 @@
+/**
+ * The dashboard in a real browser (Debian's Chromium via playwright-core): submit through the
+ * form and watch the progress bar reach 100 % without a reload, cancel a running job, jobs
+ * that appear live, replay a group of dead letters, and sign-in with a key that sees only its
+ * tenant. Every wait is for a condition, with room for a loaded 2-core machine.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { browserMissing, type DashboardServer, launchBrowser, screenshot, startDashboardServer, watchPage } from '../support/browser.js';
+
+const WAIT = { timeout: 30_000 };
+const missing = browserMissing();
+
+/** The job detail's status (its data-status attribute) reaches `status`. */
+async function waitForStatus(page: Page, status: string): Promise<void> {
+  await page.locator(`[data-testid="job-detail"][data-status="${status}"]`).waitFor(WAIT);
+}
+
+describe('dashboard in Chromium', { skip: missing ?? false }, () => {
+  let browser: Browser;
+  let server: DashboardServer;
+  let context: BrowserContext;
+  let page: Page;
+  let problems: string[];
+
+  before(async () => {
+    browser = await launchBrowser();
+    server = await startDashboardServer();
+    context = await browser.newContext({ baseURL: server.base, viewport: { width: 1280, height: 900 } });
+    page = await context.newPage();
+    problems = watchPage(page);
+  });
+  after(async () => {
+    await context?.close();
+    await browser?.close();
+    await server?.close();
+  });
+
+  it('opens the overview with the counts of every state and no error or CSP violation', async () => {
+    for (let i = 0; i < 3; i++) await server.lh.submit('demo.sleep', { steps: 2, stepMs: 10 });
+    await server.lh.submit('demo.fail', { code: 'OVERVIEW' });
+    await page.goto('/');
+    await page.getByRole('heading', { name: 'Overview' }).waitFor(WAIT);
+    await page.locator('[data-testid="feed-status"]', { hasText: 'live' }).waitFor(WAIT);
+    await page.waitForFunction(() => {
+      const row = [...document.querySelectorAll('[data-testid="state-counts"] tr')].find((r) => r.querySelector('th')?.textContent === 'failed');
+      return row?.querySelector('.num')?.textContent === '1';
+    }, undefined, WAIT);
+    await screenshot(page, 'overview');
+    assert.deepEqual(problems, []);
+  });
+
+  it('submits demo.sleep through the form and follows its progress bar to 100 % without a reload', async () => {
+    await page.goto('/#/submit');
+    await page.evaluate(() => {
+      (window as unknown as { marker: number }).marker = 42;
+    });
+    await page.getByLabel('Task type').fill('demo.sleep');
+    await page.getByLabel('Input (JSON)').fill('{"steps": 12, "stepMs": 150}');
+    await screenshot(page, 'submit');
+    await page.getByRole('button', { name: 'Submit job' }).click();
+    await page.waitForURL(/#\/jobs\/[0-9a-f-]{36}$/, WAIT);
+    // Progress moves while it runs, then reaches 100 %.
+    await page.waitForFunction(() => {
+      const v = Number(document.querySelector('[data-testid="job-detail"] [role="progressbar"]')?.getAttribute('aria-valuenow'));
+      return v > 0 && v < 100;
+    }, undefined, WAIT);
+    await screenshot(page, 'job-running');
+    await page.locator('[data-testid="job-detail"] [role="progressbar"][aria-valuenow="100"]').waitFor(WAIT);
+    await waitForStatus(page, 'succeeded');
+    await page.locator('[data-testid="timeline"] li', { hasText: 'succeeded' }).waitFor(WAIT);
+    assert.equal(await page.evaluate(() => (window as unknown as { marker?: number }).marker), 42, 'the page was not reloaded');
+    await screenshot(page, 'job-detail');
+    assert.deepEqual(problems, []);
+  });
+
+  it('cancels a running job with its Cancel button', async () => {
+    const job = await server.lh.submit('demo.sleep', { steps: 10_000, stepMs: 100 });
+    await page.goto(`/#/jobs/${job.id}`);
+    await waitForStatus(page, 'running');
+    await page.getByRole('button', { name: 'Cancel job' }).click();
+    await waitForStatus(page, 'cancelled');
+    assert.equal((await server.lh.get(job.id))?.status, 'cancelled');
+    // Retry is offered for a cancelled job, and queues it again.
+    await page.getByRole('button', { name: 'Retry job' }).click();
+    await page.locator('[data-testid="job-detail"][data-status="running"], [data-testid="job-detail"][data-status="queued"]').waitFor(WAIT);
+    await server.lh.cancel(job.id);
+    await waitForStatus(page, 'cancelled');
+    assert.deepEqual(problems, []);
+  });
+
+  it('shows new jobs and their changes on the jobs page as they happen', async () => {
+    await page.goto('/#/jobs');
+    await page.getByRole('heading', { name: 'Jobs' }).waitFor(WAIT);
+    await page.locator('[data-testid="jobs-table"][aria-busy="false"]').waitFor(WAIT);
+    const job = await server.lh.submit('demo.sleep', { steps: 3, stepMs: 100 });
+    const row = page.locator(`tr[data-job-id="${job.id}"]`);
+    await row.waitFor(WAIT);
+    await row.locator('.badge-succeeded').waitFor(WAIT);
+    // Filters: by state (server-side) and a full id.
+    await page.getByLabel('State').selectOption('failed');
+    await page.waitForURL(/state=failed/, WAIT);
+    await page.locator('[data-testid="jobs-table"][aria-busy="false"]').waitFor(WAIT);
+    assert.equal(await page.locator(`tr[data-job-id="${job.id}"]`).count(), 0);
+    assert.ok((await page.locator('tbody tr .badge-failed').count()) >= 1);
+    await screenshot(page, 'jobs');
+    assert.deepEqual(problems, []);
+  });
+
+  it('replays a whole group of dead letters', async (t) => {
+    const probe = await fetch(`${server.base}/v1/dead-letters`);
+    const body = (await probe.json()) as { code?: string; detail?: string };
+    if (probe.status === 404 && /^no route /.test(body.detail ?? '')) {
+      // Pending on purpose: the dead-letter routes come with the h-dlq branch; this test runs once they exist.
+      t.skip('GET /v1/dead-letters is not on this branch yet (h-dlq adds it)');
+      return;
+    }
+    const failed = await Promise.all([1, 2, 3].map(() => server.lh.submit('demo.fail', { code: 'REPLAY_ME' })));
+    for (const j of failed) await server.lh.wait(j.id);
+    await page.goto('/#/dead-letters');
+    const group = page.locator('tr[data-group="demo.fail / REPLAY_ME"]');
+    await group.waitFor(WAIT);
+    await screenshot(page, 'dead-letters');
+    page.once('dialog', (d) => d.accept());
+    await group.getByRole('button', { name: /^Replay group/ }).click();
+    await page.locator('[data-testid="dl-notice"]', { hasText: 'Replayed 3 jobs' }).waitFor(WAIT);
+    for (const j of failed) {
+      const transitions = await server.lh.transitions(j.id);
+      assert.ok(
+        transitions.some((e) => e.from === 'failed' && e.to === 'queued'),
+        `job ${j.id} was replayed`,
+      );
+    }
+    assert.deepEqual(problems, []);
+  });
+});
+
+describe('dashboard sign-in in Chromium', { skip: missing ?? false }, () => {
+  const KEY_A = 'dash-key-aaaaaaaa';
+  const KEY_B = 'dash-key-bbbbbbbb';
+  let browser: Browser;
+  let server: DashboardServer;
+
+  before(async () => {
+    browser = await launchBrowser();
+    server = await startDashboardServer({ apiKeys: `tenantA:${KEY_A},tenantB:${KEY_B}` });
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.close();
+  });
+
+  it('asks for a key, then shows only that tenant’s jobs, live, and never puts the key in a URL', async () => {
+    const mine = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantA', metadata: { owner: 'A' } });
+    const theirs = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantB', metadata: { owner: 'B' } });
+    const context = await browser.newContext({ baseURL: server.base, viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    const problems = watchPage(page, [401, 404]);
+    const urls: string[] = [];
+    page.on('request', (r) => urls.push(r.url()));
+    try {
+      await page.goto('/#/jobs');
+      await page.getByRole('heading', { name: 'Sign in' }).waitFor(WAIT);
+      await screenshot(page, 'sign-in');
+      await page.getByLabel('API key').fill('not-a-valid-key');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('alert').filter({ hasText: 'not valid' }).waitFor(WAIT);
+      await page.getByLabel('API key').fill(KEY_A);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('heading', { name: 'Jobs' }).waitFor(WAIT);
+      await page.locator(`tr[data-job-id="${mine.id}"]`).waitFor(WAIT);
+      await page.locator('[data-testid="feed-status"]', { hasText: 'live' }).waitFor(WAIT);
+      // A new job of the tenant arrives through the feed; the other tenant's never shows.
+      const live = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantA' });
+      await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantB' });
+      await page.locator(`tr[data-job-id="${live.id}"]`).waitFor(WAIT);
+      assert.equal(await page.locator(`tr[data-job-id="${theirs.id}"]`).count(), 0);
+      assert.equal(await page.locator('tbody tr[data-job-id]').count(), 2, 'tenant A has two jobs');
+      // Another tenant's job, asked for by id, is not found.
+      await page.goto(`/#/jobs/${theirs.id}`);
+      await page.getByRole('alert').filter({ hasText: 'No job' }).waitFor(WAIT);
+      assert.ok(!urls.some((u) => u.includes(KEY_A) || u.includes(KEY_B)), 'no URL carries a key');
+      // Signing out forgets the key.
+      await page.goto('/#/');
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await page.getByRole('heading', { name: 'Sign in' }).waitFor(WAIT);
+      assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+      assert.deepEqual(problems, []);
+    } finally {
+      await context.close();
+    }
+  });
+});
