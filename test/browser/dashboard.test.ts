@@ -90,6 +90,19 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     assert.deepEqual(problems, []);
   });
 
+  it('shows job data as text: markup in input and metadata is never run', async () => {
+    const evil = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>';
+    const job = await server.lh.submit('demo.fail', { code: 'ESCAPED' }, { metadata: { note: evil } });
+    await page.goto(`/#/jobs/${job.id}`);
+    await waitForStatus(page, 'failed');
+    await page.locator('pre.json', { hasText: 'onerror' }).waitFor(WAIT);
+    assert.equal(await page.evaluate(() => (window as unknown as { pwned?: number }).pwned), undefined);
+    assert.equal(await page.locator('[data-testid="job-detail"] img').count(), 0);
+    assert.ok((await page.locator('pre.json', { hasText: 'onerror' }).innerText()).includes(evil.replaceAll('"', '\\"')));
+    await page.locator('[data-testid="error"]', { hasText: 'ESCAPED' }).waitFor(WAIT);
+    assert.deepEqual(problems, []);
+  });
+
   it('shows new jobs and their changes on the jobs page as they happen', async () => {
     await page.goto('/#/jobs');
     await page.getByRole('heading', { name: 'Jobs' }).waitFor(WAIT);

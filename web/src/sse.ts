@@ -15,18 +15,22 @@ export class SseParser {
   private data: string[] = [];
   private event = '';
   private id: string | null = null;
+  /** The last chunk ended with \r: a \n starting the next one belongs to it (CRLF cut in two). */
+  private skipLf = false;
 
   constructor(private readonly emit: (e: SseEvent) => void) {}
 
   push(chunk: string): void {
+    if (this.skipLf && chunk.startsWith('\n')) chunk = chunk.slice(1);
+    this.skipLf = false;
     this.buffer += chunk;
     for (;;) {
       const nl = this.buffer.search(/\r\n|\r|\n/);
       if (nl < 0) return;
-      // A lone \r at the end of a chunk may be the first half of \r\n: wait for more.
-      if (this.buffer[nl] === '\r' && nl === this.buffer.length - 1) return;
       const line = this.buffer.slice(0, nl);
-      this.buffer = this.buffer.slice(nl + (this.buffer.startsWith('\r\n', nl) ? 2 : 1));
+      const crlf = this.buffer.startsWith('\r\n', nl);
+      if (!crlf && this.buffer[nl] === '\r' && nl === this.buffer.length - 1) this.skipLf = true;
+      this.buffer = this.buffer.slice(nl + (crlf ? 2 : 1));
       this.line(line);
     }
   }

@@ -12,7 +12,14 @@ export interface Series {
   values: (number | null)[];
 }
 
-export function LineChart({ title, times, series, height = 220 }: { title: string; times: number[]; series: Series[]; height?: number }) {
+/** `windowSeconds`: the x axis always spans this much time up to the latest sample, so that a few samples do not stretch over the chart. */
+export function LineChart({
+  title,
+  times,
+  series,
+  height = 220,
+  windowSeconds = 900,
+}: { title: string; times: number[]; series: Series[]; height?: number; windowSeconds?: number }) {
   const el = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const shape = series.map((s) => s.label).join('|');
@@ -23,7 +30,15 @@ export function LineChart({ title, times, series, height = 220 }: { title: strin
     const opts: uPlot.Options = {
       width,
       height,
-      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+      scales: {
+        x: {
+          time: true,
+          range: (_u, min, max) => {
+            const end = Number.isFinite(max) ? max : Date.now() / 1000;
+            return [Math.min(Number.isFinite(min) ? min : end, end - windowSeconds), end];
+          },
+        },
+        y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
       axes: [{}, { label: 'jobs / min' }],
       series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, points: { show: false } }))],
     };
@@ -37,7 +52,7 @@ export function LineChart({ title, times, series, height = 220 }: { title: strin
       plot.current?.destroy();
       plot.current = null;
     };
-  }, [shape, height]);
+  }, [shape, height, windowSeconds]);
 
   useEffect(() => {
     plot.current?.setData([times, ...series.map((s) => s.values)] as uPlot.AlignedData);

@@ -74,7 +74,7 @@ export function Overview() {
 
       <div class="grid-2">
         <LineChart
-          title="Submitted vs finished per minute (since this page opened)"
+          title="Submitted vs finished per minute (sampled since this page opened)"
           times={samples.map((s) => s.t)}
           series={[
             { label: 'submitted', color: '#2563eb', values: samples.map((s) => s.submitted) },
