@@ -98,7 +98,7 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     await page.locator('pre.json', { hasText: 'onerror' }).waitFor(WAIT);
     assert.equal(await page.evaluate(() => (window as unknown as { pwned?: number }).pwned), undefined);
     assert.equal(await page.locator('[data-testid="job-detail"] img').count(), 0);
-    assert.ok((await page.locator('pre.json', { hasText: 'onerror' }).innerText()).includes(evil.replaceAll('"', '\\"')));
+    assert.ok(((await page.locator('pre.json', { hasText: 'onerror' }).textContent()) ?? '').includes(evil.replaceAll('"', '\\"')));
     await page.locator('[data-testid="error"]', { hasText: 'ESCAPED' }).waitFor(WAIT);
     assert.deepEqual(problems, []);
   });
