@@ -1,6 +1,6 @@
 /** The shell: navigation, the feed's state, sign-in and sign-out, and the page for the route. */
 import { useEffect, useState } from 'preact/hooks';
-import { api, currentKey, needsSignIn, onAuthChange, signOut } from './api';
+import { currentKey, needsSignIn, onAuthChange, signOut } from './api';
 import { feed, type FeedStatus } from './feed';
 import { DeadLetters } from './pages/dead-letters';
 import { JobDetail } from './pages/job-detail';
@@ -20,7 +20,6 @@ const NAV = [
 export function App() {
   const route = useRoute();
   const [signInNeeded, setSignInNeeded] = useState(needsSignIn());
-  const [checked, setChecked] = useState(false);
   const [feedStatus, setFeedStatus] = useState<FeedStatus>(feed.status);
   const [hasKey, setHasKey] = useState(currentKey() !== null);
 
@@ -32,14 +31,8 @@ export function App() {
       else feed.start();
     });
     const offStatus = feed.onStatus(setFeedStatus);
-    // One read decides whether a key is needed before any page loads.
-    api('/v1/jobs?limit=1').then(
-      () => {
-        setChecked(true);
-        feed.start();
-      },
-      () => setChecked(true),
-    );
+    // The page loads at once; its first read answering 401 turns it into the sign-in form.
+    feed.start();
     return () => {
       offAuth();
       offStatus();
@@ -58,8 +51,7 @@ export function App() {
 
   const section = route.path === '/' ? '/' : `/${route.path.split('/')[1] ?? ''}`;
   let page: preact.JSX.Element;
-  if (!checked) page = <p aria-busy="true">Connecting…</p>;
-  else if (signInNeeded) page = <SignIn />;
+  if (signInNeeded) page = <SignIn />;
   else if (route.path === '/') page = <Overview />;
   else if (route.path === '/jobs') page = <Jobs route={route} />;
   else if (route.path.startsWith('/jobs/')) page = <JobDetail id={decodeURIComponent(route.path.slice('/jobs/'.length))} />;

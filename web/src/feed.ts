@@ -75,6 +75,8 @@ class Feed {
 
   private async read(controller: AbortController): Promise<void> {
     const res = await fetch('/v1/events', { headers: { accept: 'text/event-stream', ...authHeaders() }, signal: controller.signal, cache: 'no-store' });
+    // A 401 (no key yet, or a wrong one) is left to the pages' reads, which show the sign-in
+    // form; signing in restarts the feed.
     if (!res.ok || !res.body) throw new Error(`feed answered ${res.status}`);
     this.failures = 0;
     this.setStatus('live');
