@@ -60,6 +60,17 @@ export async function getJob(ctx: ReadContext, id: string, scope: TenantScope): 
 }
 
 /**
+ * A job's last saved checkpoint (`ctx.checkpoint.save`): `{version, data, corrupt}`, null when
+ * it has none; throws JobNotFoundError for an unknown job (or another tenant's).
+ */
+export async function checkpoint(store: JobQueueStore, id: string, scope: TenantScope): Promise<{ version: number; data: unknown; corrupt: boolean } | null> {
+  const job = await store.getJob({ id, ...scope });
+  if (!job) throw new JobNotFoundError(id);
+  const c = job.checkpoint;
+  return c ? { version: c.version, data: c.data, corrupt: c.corrupt === true } : null;
+}
+
+/**
  * A job's snapshot as JSON text, with the fields a status route needs besides, or null (not
  * found). `json` parses to what `getJob` returns: the store builds it in one read where it can
  * (SQLite); otherwise it is serialised from `getJob`. Not async on purpose: status polls are the

@@ -270,6 +270,26 @@ export const routeSchemas = {
   },
   cancel: { summary: 'Cancel a job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
   retry: { summary: 'Retry a failed or cancelled job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
+  checkpoint: {
+    summary: "A job's last saved checkpoint",
+    tags: ['jobs'],
+    params: idParams,
+    response: {
+      200: {
+        type: 'object',
+        required: ['checkpoint'],
+        properties: {
+          checkpoint: {
+            anyOf: [
+              { type: 'null' },
+              { type: 'object', required: ['version', 'data', 'corrupt'], properties: { version: { type: 'integer' }, data: {}, corrupt: { type: 'boolean' } } },
+            ],
+          },
+        },
+      },
+      ...errors(401, 404),
+    },
+  },
   transitions: {
     summary: "A job's transition log",
     tags: ['jobs'],

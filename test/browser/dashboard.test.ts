@@ -76,12 +76,16 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
   });
 
   it('cancels a running job with its Cancel button', async () => {
-    const job = await server.lh.submit('demo.sleep', { steps: 10_000, stepMs: 100 });
+    const job = await server.lh.submit('demo.sleep', { steps: 200, stepMs: 100 });
     await page.goto(`/#/jobs/${job.id}`);
     await waitForStatus(page, 'running');
+    // Once a step is done it has a checkpoint to show after the cancel.
+    await page.locator('[data-testid="job-detail"] [role="progressbar"]:not([aria-valuenow="0"])').waitFor(WAIT);
     await page.getByRole('button', { name: 'Cancel job' }).click();
     await waitForStatus(page, 'cancelled');
     assert.equal((await server.lh.get(job.id))?.status, 'cancelled');
+    // The attempt's checkpoint (demo.sleep saves one per step) is shown; a retry resumes from it.
+    await page.locator('pre.json[data-label="checkpoint"]', { hasText: '"step"' }).waitFor(WAIT);
     // Retry is offered for a cancelled job, and queues it again.
     await page.getByRole('button', { name: 'Retry job' }).click();
     await page.locator('[data-testid="job-detail"][data-status="running"], [data-testid="job-detail"][data-status="queued"]').waitFor(WAIT);

@@ -13,6 +13,7 @@ import { Longhaul } from '../../src/longhaul.js';
 import { buildServer } from '../../src/server/app.js';
 import { parseApiKeys } from '../../src/server/auth.js';
 import { DASHBOARD_CSP } from '../../src/server/dashboard.js';
+import { demoSleep } from '../../src/tasks/examples.js';
 
 describe('dashboard files over HTTP', () => {
   let dir: string;
@@ -105,5 +106,57 @@ describe('dashboard files over HTTP', () => {
     } finally {
       await app.close();
     }
+  });
+});
+
+describe('GET /v1/jobs/{id}/checkpoint', () => {
+  let dir: string;
+  let lh: Longhaul;
+  let app: Awaited<ReturnType<typeof buildServer>>;
+  const auth = (key: string) => ({ authorization: `Bearer ${key}` });
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'longhaul-ckpt-'));
+    lh = await Longhaul.open({ database: join(dir, 'c.db'), tasks: [demoSleep], logger: pino({ level: 'silent' }) });
+    await lh.startWorker({ concurrency: 2, pollIntervalMs: 20 });
+    app = await buildServer({ lh, apiKeys: parseApiKeys('ta:checkpoint-key-a,tb:checkpoint-key-b'), logger: false, dashboard: false });
+  });
+  after(async () => {
+    await app?.close();
+    await lh?.close({ drainMs: 0 });
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("answers the job's last checkpoint, null before one is saved and after success, 404 for another tenant", async () => {
+    const queued = await lh.submit('demo.sleep', { steps: 1 }, { tenant: 'ta', delayMs: 60_000 });
+    const none = await app.inject({ method: 'GET', url: `/v1/jobs/${queued.id}/checkpoint`, headers: auth('checkpoint-key-a') });
+    assert.equal(none.statusCode, 200);
+    assert.deepEqual(none.json(), { checkpoint: null });
+    assert.equal(none.headers['cache-control'], 'no-store');
+
+    // A cancelled job keeps the checkpoint its attempt saved (a retry resumes from it).
+    const job = await lh.submit('demo.sleep', { steps: 10_000, stepMs: 10 }, { tenant: 'ta' });
+    for (const deadline = Date.now() + 30_000; ; ) {
+      if ((((await lh.checkpoint(job.id))?.data as { step?: number } | undefined)?.step ?? 0) >= 2) break;
+      assert.ok(Date.now() < deadline, 'demo.sleep saved no checkpoint within 30 s');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await lh.cancel(job.id, { tenant: 'ta' });
+    assert.equal((await lh.wait(job.id)).status, 'cancelled');
+    const res = await app.inject({ method: 'GET', url: `/v1/jobs/${job.id}/checkpoint`, headers: auth('checkpoint-key-a') });
+    assert.equal(res.statusCode, 200);
+    assert.ok(res.json().checkpoint.data.step >= 2, res.body);
+    assert.equal(typeof res.json().checkpoint.version, 'number');
+    assert.equal(res.json().checkpoint.corrupt, false);
+    // Success clears it.
+    const done = await lh.submit('demo.sleep', { steps: 2, stepMs: 1 }, { tenant: 'ta' });
+    assert.equal((await lh.wait(done.id)).status, 'succeeded');
+    assert.deepEqual((await app.inject({ method: 'GET', url: `/v1/jobs/${done.id}/checkpoint`, headers: auth('checkpoint-key-a') })).json(), { checkpoint: null });
+
+    const theirs = await app.inject({ method: 'GET', url: `/v1/jobs/${job.id}/checkpoint`, headers: auth('checkpoint-key-b') });
+    assert.equal(theirs.statusCode, 404);
+    assert.equal(theirs.json().code, 'NOT_FOUND');
+    assert.equal((await app.inject({ method: 'GET', url: `/v1/jobs/${job.id}/checkpoint` })).statusCode, 401);
+    assert.equal((await app.inject({ method: 'GET', url: '/v1/jobs/no-such-job/checkpoint', headers: auth('checkpoint-key-a') })).statusCode, 404);
   });
 });

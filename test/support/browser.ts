@@ -82,7 +82,7 @@ export async function startDashboardServer(options: { apiKeys?: string; database
  * Routes the dashboard probes for (newer servers have them): their 404 is expected. Keep this
  * list to routes other branches add; remove each once it exists.
  */
-const PROBED = [/\/v1\/task-types$/, /\/v1\/jobs\/[^/]+\/attempts$/, /\/v1\/jobs\/[^/]+\/checkpoint$/, /\/v1\/dead-letters(\?|$)/, /\/favicon\.ico$/];
+const PROBED = [/\/v1\/task-types$/, /\/v1\/jobs\/[^/]+\/attempts$/, /\/v1\/dead-letters(\?|$)/, /\/favicon\.ico$/];
 
 /**
  * Problems a page reported: uncaught errors, console errors (CSP violations are console

@@ -137,6 +137,11 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     items: await lh.transitions(request.params.id, { tenant: request.tenant }),
   }));
 
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/checkpoint', { schema: routeSchemas.checkpoint }, async (request, reply) => {
+    const checkpoint = await lh.checkpoint(request.params.id, { tenant: request.tenant });
+    return reply.header('Cache-Control', 'no-store').send({ checkpoint });
+  });
+
   app.get<{ Params: { id: string } }>('/v1/jobs/:id/webhooks', { schema: routeSchemas.webhooks }, async (request) => ({
     items: await lh.webhookDeliveries(request.params.id, { tenant: request.tenant }),
   }));

@@ -238,7 +238,8 @@ function Timeline({ id, tick }: { id: string; tick: number }) {
 function Checkpoint({ id, tick }: { id: string; tick: number }) {
   const c = useAsync(async (signal) => {
     try {
-      return { found: true as const, value: await api<{ version: number; data: unknown } | null>(`/v1/jobs/${encodeURIComponent(id)}/checkpoint`, { signal }) };
+      const r = await api<{ checkpoint: { version: number; data: unknown; corrupt: boolean } | null }>(`/v1/jobs/${encodeURIComponent(id)}/checkpoint`, { signal });
+      return { found: true as const, value: r.checkpoint };
     } catch (err) {
       if (isMissingRoute(err)) return { found: false as const, value: null };
       throw err;
@@ -249,10 +250,13 @@ function Checkpoint({ id, tick }: { id: string; tick: number }) {
       <h2>Checkpoint</h2>
       {c.error ? <p role="alert">{c.error.message}</p> : null}
       {c.data && !c.data.found ? <p class="muted">This server does not expose checkpoints.</p> : null}
-      {c.data?.found && c.data.value === null ? <p class="muted">none saved</p> : null}
+      {c.data?.found && c.data.value === null ? <p class="muted">none (a job's checkpoint is cleared when it succeeds)</p> : null}
       {c.data?.found && c.data.value ? (
         <>
-          <p class="muted">version {c.data.value.version}</p>
+          <p class="muted">
+            version {c.data.value.version}
+            {c.data.value.corrupt ? ' (unreadable: the next attempt starts over)' : ''}
+          </p>
           <JsonView value={c.data.value.data} label="checkpoint" />
         </>
       ) : null}
