@@ -1,5 +1,5 @@
 /** The shell: navigation, the feed's state, sign-in and sign-out, and the page for the route. */
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { currentKey, needsSignIn, onAuthChange, signOut } from './api';
 import { feed, type FeedStatus } from './feed';
 import { DeadLetters } from './pages/dead-letters';
@@ -41,12 +41,19 @@ export function App() {
   }, []);
 
   // Move focus to the new page's heading, so keyboard and screen-reader users land on it.
+  const firstRender = useRef(true);
   useEffect(() => {
-    const h = document.querySelector<HTMLElement>('main h1');
-    if (h && document.activeElement === document.body) {
-      h.tabIndex = -1;
-      h.focus({ preventScroll: true });
+    if (firstRender.current) {
+      firstRender.current = false;
+      return;
     }
+    // Only when focus is nowhere or on the navigation: a page's own links and buttons keep it.
+    const active = document.activeElement;
+    if (active && active !== document.body && !active.closest('header')) return;
+    const target = document.querySelector<HTMLElement>('main h1') ?? document.getElementById('main');
+    if (!target) return;
+    if (target.tabIndex < 0 && target.tagName === 'H1') target.tabIndex = -1;
+    target.focus({ preventScroll: true });
   }, [route.path]);
 
   const section = route.path === '/' ? '/' : `/${route.path.split('/')[1] ?? ''}`;

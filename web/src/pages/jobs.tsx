@@ -21,7 +21,8 @@ export function Jobs({ route }: { route: Route }) {
   const type = route.params.get('type') ?? '';
   const q = route.params.get('q') ?? '';
   const cursor = route.params.get('cursor') ?? '';
-  const [page, setPage] = useState<Page<Job> | null>(null);
+  const [page, setPage] = useState<(Page<Job> & { filterKey?: string }) | null>(null);
+  const filterKey = `${state}|${type}|${q}|${cursor}`;
   const [error, setError] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
   const [types, setTypes] = useState<string[]>([]);
@@ -40,6 +41,8 @@ export function Jobs({ route }: { route: Route }) {
   useEffect(() => {
     const controller = new AbortController();
     setLoading(true);
+    // Rows of other filters must not linger (nor take feed updates) while the new page loads.
+    setPage((p) => (p && p.filterKey === filterKey ? p : null));
     const load = async (): Promise<Page<Job>> => {
       if (ID_PATTERN.test(q.trim())) {
         try {
@@ -57,7 +60,7 @@ export function Jobs({ route }: { route: Route }) {
     };
     load().then(
       (p) => {
-        setPage(p);
+        setPage({ ...p, filterKey });
         setError(null);
         setLoading(false);
       },
