@@ -33,6 +33,11 @@ export interface LonghaulConfig {
   retention: RetentionPolicy;
   /** Lifetime of idempotency keys from their job's creation; a later submission with the key makes a new job. */
   idempotencyTtlMs: number;
+  /**
+   * Priority aging: a queued job gains one priority level per this many ms it has waited
+   * (core/claim-plan.ts). null: strict priority, where a low job can wait forever.
+   */
+  priorityAgingMs: number | null;
 }
 
 /** What callers give: any setting, retention as written (`'7d'`, ms, `'forever'`). */
@@ -54,6 +59,7 @@ export const DEFAULTS: LonghaulConfig = {
   redisPrefix: 'longhaul:',
   retention: {},
   idempotencyTtlMs: 86_400_000,
+  priorityAgingMs: 300_000,
 };
 
 type Env = Record<string, string | undefined>;
@@ -146,5 +152,23 @@ function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
     // Options as parsed policies (ms); each state the options leave out comes from the environment.
     retention: { ...retentionFromEnv(env), ...parseRetention(options.retention) },
     idempotencyTtlMs: options.idempotencyTtlMs ?? durationFromEnv(env, 'LONGHAUL_IDEMPOTENCY_TTL') ?? DEFAULTS.idempotencyTtlMs,
+    priorityAgingMs: options.priorityAgingMs !== undefined ? checkAging(options.priorityAgingMs) : agingFromEnv(env),
   };
+}
+
+/** `priorityAgingMs`: a positive number of ms, or null (strict priority). */
+function checkAging(ms: number | null): number | null {
+  if (ms === null) return null;
+  if (typeof ms !== 'number' || !Number.isInteger(ms) || ms < 1) throw new Error(`priorityAgingMs must be a positive integer of ms, or null for strict priority (got ${String(ms)})`);
+  return ms;
+}
+
+/** LONGHAUL_PRIORITY_AGING: a duration (`5m`), or `off` for strict priority. */
+function agingFromEnv(env: Env): number | null {
+  const raw = env.LONGHAUL_PRIORITY_AGING?.trim();
+  if (raw === undefined || raw === '') return DEFAULTS.priorityAgingMs;
+  if (raw.toLowerCase() === 'off') return null;
+  const ms = durationFromEnv(env, 'LONGHAUL_PRIORITY_AGING') as number;
+  if (ms < 1) throw new Error(`LONGHAUL_PRIORITY_AGING must be a positive duration such as 5m, or off (got "${raw}")`);
+  return ms;
 }

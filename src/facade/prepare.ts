@@ -161,5 +161,22 @@ function newJob(
     parentId: parentId ?? null,
     idempotencyKey: idempotencyKey ?? null,
     requestHash,
+    concurrencyKey: task.concurrencyKey === undefined ? null : concurrencyKeyOf(task, type, value),
   };
+}
+
+/** The task's concurrency key of a stored input: a non-empty storable string of at most 255 characters, or a 422. */
+function concurrencyKeyOf(task: Task, type: string, value: unknown): string {
+  let key: unknown;
+  try {
+    key = (task.concurrencyKey as (input: unknown) => unknown)(value);
+  } catch (err) {
+    throw new InputValidationError(type, [{ path: '', message: `the task's concurrencyKey failed on this input: ${(err as Error)?.message ?? String(err)}` }]);
+  }
+  if (typeof key !== 'string' || key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY || hasUnstorable(key)) {
+    throw new InputValidationError(type, [
+      { path: '', message: `the task's concurrencyKey must give a non-empty string of at most ${MAX_IDEMPOTENCY_KEY} characters for this input (got ${typeof key === 'string' ? `${key.length} characters` : typeof key})` },
+    ]);
+  }
+  return key;
 }

@@ -105,6 +105,7 @@ export interface RuntimeContext {
     | 'defaultMaxAttempts'
     | 'stallTimeoutMs'
     | 'retention'
+    | 'priorityAgingMs'
   >;
   readonly webhookConfig: WebhookConfig;
   readonly files: LazyFiles;
@@ -313,6 +314,7 @@ export class Runtime {
       logger,
       defaults: { heartbeatIntervalMs: config.heartbeatIntervalMs, resultTtlMs: config.resultTtlMs },
       concurrency: options.concurrency ?? config.concurrency,
+      claimRules: { agingMs: config.priorityAgingMs },
       ...(options.workerId === undefined ? {} : { workerId: options.workerId }),
       ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
       ...(options.cancelPollMs === undefined ? {} : { cancelPollMs: options.cancelPollMs }),

@@ -37,6 +37,8 @@ export interface NewJob {
   idempotencyKey: string | null;
   /** Hash of the request, compared when the idempotency key is seen again. */
   requestHash: string | null;
+  /** The task's `concurrencyKey` of the input, when the task has one. */
+  concurrencyKey?: string | null | undefined;
 }
 
 /**
@@ -144,11 +146,43 @@ export interface JobPage {
   nextCursor: string | null;
 }
 
+/** A task type a claim takes jobs of, with the limits its task declares (all held across every worker). */
+export interface ClaimType {
+  type: string;
+  /** At most this many jobs of the type running at once. */
+  concurrency?: number | undefined;
+  /** At most this many jobs running at once per concurrency key (the task has a `concurrencyKey`). */
+  keyConcurrency?: number | undefined;
+  /** At most `max` jobs of the type started (claimed) in any `perMs` window. */
+  rateLimit?: { max: number; perMs: number } | undefined;
+}
+
+/** Running caps per tenant (`maxRunning` of the tenant quotas): `byTenant` first, else `others`. */
+export interface TenantCaps {
+  byTenant: Readonly<Record<string, number>>;
+  others?: number | undefined;
+}
+
+/** What a worker's cycle wrote and took. */
+export interface ClaimCycle {
+  applied: boolean[];
+  jobs: JobRecord[];
+  /**
+   * When a rate limit held the claim back: the time (epoch ms) its window has room again, for
+   * the worker to claim then. Absent otherwise.
+   */
+  wakeAt?: number | undefined;
+}
+
 export interface ClaimParams {
   workerId: string;
-  /** Task types this worker runs; `concurrency` caps running jobs of that type across all workers. */
-  types: ReadonlyArray<{ type: string; concurrency?: number | undefined }>;
+  /** Task types this worker runs, with their limits (core/claim-plan.ts says how a claim applies them). */
+  types: ReadonlyArray<ClaimType>;
   limit: number;
+  /** Priority aging: waiting this long counts as one priority level. null: strict priority. Default 5 min. */
+  agingMs?: number | null | undefined;
+  /** Running caps per tenant; absent: none. */
+  tenantCaps?: TenantCaps | undefined;
   /**
    * The claim time (lease start). Stores read it once, inside their write transaction, so a
    * caller may pass a getter: a claim that first waited for a lock then starts when it ran.
@@ -314,7 +348,7 @@ export interface JobQueueStore {
   /** Promotes due pending/retrying/waiting jobs, then claims up to `limit` queued jobs for the worker. */
   claimJobs(params: ClaimParams): Promise<JobRecord[]>;
   /** A worker's cycle in one write: its completions (as `transition`), then a claim (as `claimJobs`). */
-  completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }>;
+  completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<ClaimCycle>;
   /** Compare-and-swap transitions, applied in one write; one boolean per item, in order. */
   transition(params: { items: TransitionParams[] }): Promise<boolean[]>;
   heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]>;

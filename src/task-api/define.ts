@@ -103,6 +103,16 @@ export interface TaskOptions<S extends InputSchema | undefined = undefined, R = 
   priority?: Priority;
   /** At most this many jobs of this type running at once, across all workers. */
   concurrency?: number;
+  /**
+   * A job's concurrency key from its input (a customer id, an account): at most
+   * `keyConcurrency` jobs with the same key run at once, across all workers, while jobs with
+   * other keys run freely. Must return a non-empty string of at most 255 characters.
+   */
+  concurrencyKey?: (input: S extends undefined ? unknown : InferInput<S>) => string;
+  /** Jobs running at once per concurrency key. Default 1. */
+  keyConcurrency?: number;
+  /** At most `max` jobs of this type started in any window of `perMs`, across all workers (a downstream API's limit). */
+  rateLimit?: { max: number; perMs: number };
   /** Checkpoints saved under another version are ignored by new attempts. Default 1. */
   checkpointVersion?: number;
   /** How long a result is kept after success. Default 7 days. */
@@ -136,6 +146,11 @@ export interface Task<R = unknown> {
   readonly timeoutMs: number | null | undefined;
   readonly priority: Priority | undefined;
   readonly concurrency: number | undefined;
+  // biome-ignore lint/suspicious/noExplicitAny: the input type is erased once tasks are collected
+  readonly concurrencyKey: ((input: any) => string) | undefined;
+  /** Set (default 1) when the task has a concurrencyKey. */
+  readonly keyConcurrency: number | undefined;
+  readonly rateLimit: { max: number; perMs: number } | undefined;
   readonly checkpointVersion: number;
   readonly resultTtlMs: number | undefined;
   /** Parsed `retention` (ms per end state; null keeps forever). */
@@ -190,6 +205,15 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
   positiveInt('maxAttempts', options.maxAttempts, type);
   positiveInt('concurrency', options.concurrency, type);
   positiveInt('checkpointVersion', options.checkpointVersion, type);
+  if (options.concurrencyKey !== undefined && typeof options.concurrencyKey !== 'function') throw new TypeError(`task "${type}": concurrencyKey must be a function of the input`);
+  positiveInt('keyConcurrency', options.keyConcurrency, type);
+  if (options.keyConcurrency !== undefined && options.concurrencyKey === undefined) throw new TypeError(`task "${type}": keyConcurrency needs a concurrencyKey`);
+  const rate = options.rateLimit;
+  if (rate !== undefined) {
+    if (typeof rate !== 'object' || rate === null) throw new TypeError(`task "${type}": rateLimit must be { max, perMs }`);
+    positiveInt('rateLimit.max', rate.max, type);
+    if (typeof rate.perMs !== 'number' || !Number.isInteger(rate.perMs) || rate.perMs < 1) throw new TypeError(`task "${type}": rateLimit.perMs must be a positive integer of ms, got ${String(rate.perMs)}`);
+  }
   for (const k of ['timeoutMs', 'resultTtlMs', 'heartbeatIntervalMs', 'heartbeatTimeoutMs', 'stallTimeoutMs'] as const) nonNegative(k, options[k], type);
   if (options.priority !== undefined && !PRIORITIES.includes(options.priority)) {
     throw new TypeError(`task "${type}": priority must be one of ${PRIORITIES.join(', ')}`);
@@ -216,6 +240,9 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
     timeoutMs: options.timeoutMs,
     priority: options.priority,
     concurrency: options.concurrency,
+    concurrencyKey: options.concurrencyKey,
+    keyConcurrency: options.concurrencyKey === undefined ? undefined : (options.keyConcurrency ?? 1),
+    rateLimit: rate === undefined ? undefined : Object.freeze({ max: rate.max, perMs: rate.perMs }),
     checkpointVersion: options.checkpointVersion ?? 1,
     resultTtlMs: options.resultTtlMs,
     retention,

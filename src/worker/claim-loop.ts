@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
 import { isTransientStoreError } from '../core/store-errors.js';
-import type { JobQueueStore } from '../store/store.js';
+import type { ClaimType, JobQueueStore, TenantCaps } from '../store/store.js';
 import type { Active, Attempts } from './attempt.js';
 import { ClaimAhead } from './claim-ahead.js';
 import type { Outcome } from './outcome.js';
@@ -39,7 +39,9 @@ export interface ClaimLoopOptions {
   stats: WorkerStats;
   host: ClaimLoopHost;
   concurrency: number;
-  claimTypes: { type: string; concurrency: number | undefined }[];
+  claimTypes: ClaimType[];
+  /** Priority aging and tenant caps, passed to every claim (see ClaimParams). */
+  claimRules?: { agingMs: number | null; tenantCaps?: TenantCaps | undefined };
   /** See WorkerOptions.claimAhead and claimedWaitMs. */
   claimAheadMax: number;
   claimedWaitMs: number;
@@ -71,6 +73,8 @@ export class ClaimLoop {
   private stopping = false;
   private lastClaimAt = 0;
   private idleWaiters: (() => void)[] = [];
+  private rateTimer: NodeJS.Timeout | null = null;
+  private rateTimerAt = 0;
 
   constructor(private readonly o: ClaimLoopOptions) {
     this.store = o.store;
@@ -90,6 +94,8 @@ export class ClaimLoop {
   /** Claims nothing more from now on (shutdown); outcomes are still written. */
   stopClaiming(): void {
     this.stopping = true;
+    if (this.rateTimer !== null) clearTimeout(this.rateTimer);
+    this.rateTimer = null;
   }
 
   /** An idle worker's poll: claims when another process may have queued work, or when idle too long (delayed jobs coming due). */
@@ -199,6 +205,8 @@ export class ClaimLoop {
           workerId: this.o.workerId,
           types: this.o.claimTypes,
           limit,
+          agingMs: this.o.claimRules?.agingMs,
+          tenantCaps: this.o.claimRules?.tenantCaps,
           get now() {
             return clock();
           },
@@ -208,8 +216,10 @@ export class ClaimLoop {
       if (limit > 0) this.ahead.cycleRan(performance.now() - t0);
       this.writer.written(batch, res.applied);
       this.o.stats.claimed += jobs.length;
-      // A full batch means more may be waiting: claim again as soon as slots free up.
-      if (limit > 0 && jobs.length === limit) this.wanted = true;
+      // Jobs claimed mean more may be waiting (a full batch, or a fair share of one tenant's
+      // queue): claim again as soon as slots free up.
+      if (limit > 0 && jobs.length > 0) this.wanted = true;
+      if (res.wakeAt !== undefined) this.wakeAt(res.wakeAt);
       this.pumpFailures = 0;
     } catch (err) {
       // The transaction rolled back: nothing was completed or claimed.
@@ -237,6 +247,21 @@ export class ClaimLoop {
     // Write what finished meanwhile and claim the next batch before running this one.
     this.pump();
     if (!this.stopping) this.startReady();
+  }
+
+  /** A rate limit held the last claim back until `at`: one timer claims then (the earliest one asked for wins). */
+  private wakeAt(at: number): void {
+    if (this.rateTimer !== null && this.rateTimerAt <= at) return;
+    if (this.rateTimer !== null) clearTimeout(this.rateTimer);
+    this.rateTimerAt = at;
+    this.rateTimer = setTimeout(
+      () => {
+        this.rateTimer = null;
+        this.wake();
+      },
+      Math.max(0, at - this.o.clock()),
+    );
+    this.rateTimer.unref?.();
   }
 
   /** Outcomes back on the list, and the loop paused for a growing back-off (a failed cycle). */

@@ -17,7 +17,7 @@ import type { JobBus } from '../channel/bus.js';
 import { uuidv7 } from '../core/ids.js';
 import type { JobRecord } from '../core/job.js';
 import { hasUnstorable } from '../core/storable.js';
-import type { Store } from '../store/store.js';
+import type { Store, TenantCaps } from '../store/store.js';
 import type { Task } from '../task-api/define.js';
 import { type Active, Attempts, cancelKindOf, newActive } from './attempt.js';
 import { logFailedAttempt } from './attempt-end.js';
@@ -46,6 +46,8 @@ export interface WorkerOptions {
   tasks: ReadonlyMap<string, Task>;
   logger: Logger;
   defaults: WorkerDefaults;
+  /** Priority aging (ms per level; null: strict) and tenant running caps, applied by every claim. Default: 5 min aging, no caps. */
+  claimRules?: { agingMs: number | null; tenantCaps?: TenantCaps | undefined };
   /** Jobs run at once by this worker. Default 10. */
   concurrency?: number;
   /**
@@ -122,7 +124,11 @@ export class Worker {
     this.clock = options.clock ?? Date.now;
     this.claimedWaitMs = options.claimedWaitMs ?? 1000;
     // Bigger batches cost less per job, but a SQLite cycle blocks this process while it runs.
-    const claimAheadMax = options.claimAhead ?? (store.capabilities.claimDepth > 1 ? Math.max(500, 10 * concurrency) : 100);
+    const claimTypes = [...this.tasks.values()].map((t) => ({ type: t.type, concurrency: t.concurrency, keyConcurrency: t.keyConcurrency, rateLimit: t.rateLimit }));
+    // A job claimed ahead counts against its key's and its type's rate limit while it waits
+    // for a slot: a worker running such tasks claims for its free slots only.
+    const gated = claimTypes.some((t) => t.keyConcurrency !== undefined || t.rateLimit !== undefined);
+    const claimAheadMax = gated ? 0 : (options.claimAhead ?? (store.capabilities.claimDepth > 1 ? Math.max(500, 10 * concurrency) : 100));
     if (!Number.isInteger(claimAheadMax) || claimAheadMax < 0) throw new TypeError('claimAhead must be a non-negative integer');
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${uuidv7().slice(-8)}`;
     if (typeof this.id !== 'string' || this.id === '' || hasUnstorable(this.id)) throw new TypeError('workerId must be a non-empty string without U+0000 or lone surrogates');
@@ -140,7 +146,8 @@ export class Worker {
       stats: this.stats,
       host,
       concurrency,
-      claimTypes: [...this.tasks.values()].map((t) => ({ type: t.type, concurrency: t.concurrency })),
+      claimTypes,
+      claimRules: options.claimRules,
       claimAheadMax,
       claimedWaitMs: this.claimedWaitMs,
     });

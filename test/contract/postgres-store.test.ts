@@ -31,6 +31,7 @@ import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
+import { runClaimLimitsContract } from './store-contract/claim-limits.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
@@ -55,6 +56,7 @@ runWebhookOutboxContract(`postgres (${db.source})`, () => openStore());
 runWorkflowContract(`postgres (${db.source})`, () => openStore());
 runScheduleContract(`postgres (${db.source})`, () => openStore());
 runRetentionContract(`postgres (${db.source})`, () => openStore());
+runClaimLimitsContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 
@@ -139,8 +141,14 @@ describe('PostgresStore specifics', () => {
     const old = new PostgresStore({ connectionString: db.url, schema });
     try {
       const due = newJob({ type: 'old', state: 'pending', runAt: T0 + 10 });
-      // Inserted through the version-2 columns only (the store's own insert names no new column).
-      await old.insertJob({ job: due });
+      // Inserted through the version-2 columns only (the store's insert names columns added later).
+      await admin((c) =>
+        c.query(
+          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
+           VALUES ($1, $2, $3, $4, 2, $5, $6, $7, $7, $8, $9, $10)`,
+          [due.id, due.tenant, due.type, due.state, due.maxAttempts, due.runAt, due.createdAt, due.heartbeatTimeoutMs, due.resultTtlMs, `[null,"pending",${due.createdAt},"submitted",0,null]`],
+        ),
+      );
       assert.deepEqual(await old.migrate(), { from: 2, to: PostgresStore.latestVersion });
       const job = await old.getJob({ id: due.id });
       assert.deepEqual([job?.workflow, job?.wait, job?.childrenTotal], [null, null, 0]);
@@ -222,7 +230,7 @@ describe('PostgresStore specifics', () => {
         assert.equal((await limited).length, 2);
         // Claims refuse to run with a snapshot per transaction (the lock would not protect the count).
         await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-        await assert.rejects(c.query(`SELECT * FROM "${store.schema}".complete_and_claim('[]', 0, 'w', '{lim}', '{2}', 5, $1)`, [T0]), /READ COMMITTED/);
+        await assert.rejects(c.query(`SELECT * FROM "${store.schema}".complete_and_claim('[]', 0, 'w', '{lim}', '{2}', 5, $1, '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`, [T0]), /READ COMMITTED/);
         await c.query('ROLLBACK');
       });
     } finally {

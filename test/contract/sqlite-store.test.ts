@@ -18,6 +18,7 @@ import { runResultFileContract } from './store-contract/result-files.js';
 import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
+import { runClaimLimitsContract } from './store-contract/claim-limits.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -44,6 +45,7 @@ runWebhookOutboxContract('sqlite (file)', () => openStore());
 runWorkflowContract('sqlite (file)', () => openStore());
 runScheduleContract('sqlite (file)', () => openStore());
 runRetentionContract('sqlite (file)', () => openStore());
+runClaimLimitsContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];

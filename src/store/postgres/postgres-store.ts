@@ -25,11 +25,14 @@ import { InvalidOptionsError } from '../../core/errors.js';
 import { isUuid, uuidv7Floor } from '../../core/ids.js';
 import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
+import { DEFAULT_PRIORITY_AGING_MS } from '../../core/claim-plan.js';
 import { JOB_STATES, type JobState } from '../../core/states.js';
 import {
   type Activity,
   type ActivityParams,
+  type ClaimCycle,
   type ClaimParams,
+  type TenantCaps,
   type GetJobParams,
   type HeartbeatResult,
   insertedRecord,
@@ -128,20 +131,51 @@ function jobJson(job: NewJob, o: number): Record<string, unknown> {
     parent_id: job.parentId,
     idempotency_key: job.idempotencyKey,
     request_hash: job.requestHash,
+    ckey: job.concurrencyKey ?? null,
   };
 }
 
-/** Claim types deduplicated and sorted (advisory locks are taken in this order), with their limits. */
-function claimTypes(types: ClaimParams['types']): { names: string[]; limits: (number | null)[] } {
-  const byName = new Map<string, number | null>();
+/** The stricter of two optional limits. */
+function stricter(a: number | null, b: number | null): number | null {
+  return a === null ? b : b === null ? a : Math.min(a, b);
+}
+
+/** Claim types deduplicated and sorted (advisory locks are taken in this order), with their limits as parallel arrays. */
+function claimTypes(types: ClaimParams['types']): {
+  names: string[];
+  limits: (number | null)[];
+  keyLimits: (number | null)[];
+  rateMax: (number | null)[];
+  ratePer: (number | null)[];
+} {
+  const byName = new Map<string, { limit: number | null; key: number | null; rate: { max: number; perMs: number } | null }>();
+  const positive = (n: number | undefined) => (n !== undefined && n > 0 ? Math.floor(n) : null);
   for (const t of types) {
-    const limit = t.concurrency !== undefined && t.concurrency > 0 ? Math.floor(t.concurrency) : null;
     const prior = byName.get(t.type);
-    // Listed twice: the stricter limit wins.
-    byName.set(t.type, prior === undefined ? limit : prior === null ? limit : limit === null ? prior : Math.min(prior, limit));
+    const rate = t.rateLimit ? { max: Math.floor(t.rateLimit.max), perMs: Math.floor(t.rateLimit.perMs) } : null;
+    // Listed twice: the stricter limits win.
+    byName.set(t.type, {
+      limit: stricter(prior?.limit ?? null, positive(t.concurrency)),
+      key: stricter(prior?.key ?? null, positive(t.keyConcurrency)),
+      rate: prior?.rate && (!rate || prior.rate.max / prior.rate.perMs < rate.max / rate.perMs) ? prior.rate : rate,
+    });
   }
   const names = [...byName.keys()].sort();
-  return { names, limits: names.map((n) => byName.get(n) ?? null) };
+  const of = (n: string) => byName.get(n) as { limit: number | null; key: number | null; rate: { max: number; perMs: number } | null };
+  return {
+    names,
+    limits: names.map((n) => of(n).limit),
+    keyLimits: names.map((n) => of(n).key),
+    rateMax: names.map((n) => of(n).rate?.max ?? null),
+    ratePer: names.map((n) => of(n).rate?.perMs ?? null),
+  };
+}
+
+/** Tenant caps as the claim function takes them: names and caps in parallel, and the cap of the others. */
+function capArrays(caps: TenantCaps | undefined): [string[], number[], number | null] {
+  if (!caps) return [[], [], null];
+  const names = Object.keys(caps.byTenant).sort();
+  return [names, names.map((n) => Math.floor(caps.byTenant[n] as number)), caps.others === undefined ? null : Math.floor(caps.others)];
 }
 
 function leaseKey(id: string, lease: number): string {
@@ -209,16 +243,16 @@ export class PostgresStore implements Store {
     const from = `FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id`;
     const source = `json_to_recordset($1::json) AS x(o integer, id uuid, tenant text, type text, state text, priority smallint, input json,
       metadata json, max_attempts integer, run_at bigint, created_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
-      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text)`;
+      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text, ckey text)`;
     const insert = (backlog: boolean) => `
       WITH src AS (SELECT * FROM ${source}),
       ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
       ins AS (
         INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, ckey, log)
         SELECT src.id, src.tenant, src.type, src.state, src.priority, src.input, src.metadata, src.max_attempts, src.run_at, src.created_at,
           src.created_at, src.timeout_ms, src.heartbeat_timeout_ms, src.stall_timeout_ms, src.result_ttl_ms, src.parent_id,
-          src.idempotency_key, src.request_hash, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text
+          src.idempotency_key, src.request_hash, src.ckey, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text
         FROM src
         ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
         ORDER BY src.o
@@ -238,7 +272,7 @@ export class PostgresStore implements Store {
       backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
-      cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7)`,
+      cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
       promote: `SELECT ${s}.promote_due($1, $2)`,
       heartbeat: `UPDATE ${s}.jobs j SET heartbeat_at = $3
@@ -572,24 +606,43 @@ export class PostgresStore implements Store {
     return (await this.cycle([], params)).jobs;
   }
 
-  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<ClaimCycle> {
     for (const p of params.complete) checkTransition(p);
     return this.cycle(params.complete, params.claim);
   }
 
-  private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+  private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<ClaimCycle> {
     const applied = complete.map(() => false);
     const { json, rounds } = encodeTransitions(complete);
     const limit = claim.types.length > 0 ? Math.max(0, Math.floor(claim.limit)) : 0;
     if (rounds === 0 && limit === 0) return { applied, jobs: [] };
-    const { names, limits } = claimTypes(claim.types);
-    const rows = await this.rows('cycle', this.sql.cycle, [json, rounds, claim.workerId, names, limits, limit, claim.now]);
+    const { names, limits, keyLimits, rateMax, ratePer } = claimTypes(claim.types);
+    const [capTenants, caps, capOthers] = capArrays(claim.tenantCaps);
+    const aging = claim.agingMs === undefined ? DEFAULT_PRIORITY_AGING_MS : claim.agingMs;
+    const rows = await this.rows('cycle', this.sql.cycle, [
+      json,
+      rounds,
+      claim.workerId,
+      names,
+      limits,
+      limit,
+      claim.now,
+      keyLimits,
+      rateMax,
+      ratePer,
+      aging,
+      capTenants,
+      caps,
+      capOthers,
+    ]);
     const jobs: JobRecord[] = [];
+    let wakeAt: number | undefined;
     for (const r of rows) {
       if (r[0] !== null) applied[Number(r[0]) - 1] = true;
+      else if (r[1] === null) wakeAt = Number(r[r.length - 1]);
       else jobs.push(rowToJob(r, 1));
     }
-    return { applied, jobs };
+    return wakeAt === undefined ? { applied, jobs } : { applied, jobs, wakeAt };
   }
 
   async transition(params: { items: TransitionParams[] }): Promise<boolean[]> {

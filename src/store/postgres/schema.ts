@@ -10,6 +10,10 @@
  * Released migrations never change; a change of schema or of a function is a new migration.
  * In the SQL below `{s}` is the quoted schema, `{ch}` the wake-up channel (see channelName).
  */
+import { CLAIM_MIGRATION } from './claim-sql.js';
+import { logAppend, logAppendFixed } from './log-sql.js';
+
+export { logAppend, logAppendFixed } from './log-sql.js';
 
 /** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
 export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -23,21 +27,6 @@ export function channelName(schema: string): string {
 export function renderMigrations(schema: string): string[] {
   if (!SCHEMA_NAME.test(schema)) throw new Error(`invalid PostgreSQL schema name "${schema}": use lower-case letters, digits and _ (at most 40)`);
   return MIGRATIONS.map((sql) => sql.replaceAll('{s}', `"${schema}"`).replaceAll('{ch}', channelName(schema)).replaceAll('{name}', schema));
-}
-
-/** SQL appending one entry to the log of the jobs row `j` being updated (`j.log` is its log before the change). */
-export function logAppend(from: string, to: string, at: string, reason: string, attempt: string, worker: string): string {
-  return `j.log || ',' || json_build_array(${from}, ${to}, ${at}, ${reason}, ${attempt}, ${worker})::text`;
-}
-
-/**
- * The same for an entry whose from, to and reason are constants: they are written into the SQL
- * as JSON text, which costs a third of json_build_array per row (`at` and `attempt` are bigint
- * and integer expressions, `worker` a text expression or NULL).
- */
-export function logAppendFixed(from: string, to: string, at: string, reason: string, attempt: string, worker: string): string {
-  const lit = (v: string) => `'${v.replaceAll("'", "''")}'`;
-  return `j.log || ${lit(`,[${JSON.stringify(from)},${JSON.stringify(to)},`)} || (${at})::text || ${lit(`,${JSON.stringify(reason)},`)} || (${attempt})::text || ',' || coalesce(to_json(${worker})::text, 'null') || ']'`;
 }
 
 export const MIGRATIONS: readonly string[] = [
@@ -504,4 +493,6 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_ended ON {s}.jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
   CREATE INDEX job_signals_job ON {s}.job_signals (job_id);
   `,
+  // 6: limits and fairness: the claim applies core/claim-plan.ts's rules (see claim-sql.ts).
+  CLAIM_MIGRATION,
 ];

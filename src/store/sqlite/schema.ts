@@ -155,4 +155,19 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX jobs_ended ON jobs (state, finished_at) WHERE state IN ('succeeded', 'expired', 'failed', 'cancelled');
   CREATE INDEX job_signals_job ON job_signals (job_id);
   `,
+  // 6: limits and fairness (core/claim-plan.ts). The queue index leads with the tenant, so a
+  // claim finds the tenants with queued jobs by a skip scan and reads each one's queue;
+  // concurrency keys get their own queue and running indexes (partial: jobs without a key
+  // never touch them); rate-limited types log their starts of the last window.
+  `
+  ALTER TABLE jobs ADD COLUMN ckey TEXT;
+  DROP INDEX jobs_queued_by_type;
+  CREATE INDEX jobs_queued_by_tenant ON jobs (type, tenant, priority, run_at, id) WHERE state = 'queued';
+  DROP INDEX jobs_running;
+  CREATE INDEX jobs_running ON jobs (type, tenant) WHERE state = 'running';
+  CREATE INDEX jobs_queued_by_key ON jobs (type, ckey, priority, run_at, id) WHERE state = 'queued' AND ckey IS NOT NULL;
+  CREATE INDEX jobs_running_by_key ON jobs (type, ckey) WHERE state = 'running' AND ckey IS NOT NULL;
+  CREATE TABLE rate_starts (type TEXT NOT NULL, at INTEGER NOT NULL);
+  CREATE INDEX rate_starts_type ON rate_starts (type, at);
+  `,
 ];

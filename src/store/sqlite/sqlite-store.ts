@@ -27,6 +27,7 @@ import { JOB_STATES, type JobState } from '../../core/states.js';
 import {
   type Activity,
   type ActivityParams,
+  type ClaimCycle,
   type ClaimParams,
   type GetJobParams,
   type HeartbeatResult,
@@ -52,7 +53,8 @@ import {
   type StoreCapabilities,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
-import { jobFromJson, jobJson, jobsFromRows, queueOrder } from './rows.js';
+import { jobFromJson, jobJson, jobsFromRows } from './rows.js';
+import { SqliteClaimOps } from './claim-ops.js';
 import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT, statementCache } from './sql.js';
@@ -90,25 +92,6 @@ function decodeCursor(cursor: string): string {
   return id;
 }
 
-/** What a claim statement binds. */
-interface ClaimArgs {
-  worker: string;
-  at: number;
-  type: string;
-  ids: string;
-}
-
-const CLAIM_SET = `state = 'running', lease = lease + 1, attempts = attempts + 1, worker_id = @worker,
-  started_at = @at, heartbeat_at = @at, updated_at = ${NEXT_UPDATED_AT}, stalled = 0,
-  log = ${logEntrySql("'queued'", "'running'", 'attempts + 1', "'claimed'", '@worker')}`;
-
-const CLAIM_PARAMS = {
-  worker: (a: ClaimArgs) => a.worker,
-  at: (a: ClaimArgs) => a.at,
-  type: (a: ClaimArgs) => a.type,
-  ids: (a: ClaimArgs) => a.ids,
-};
-
 const INSERT_PARAMS = {
   id: (j: NewJob) => j.id,
   tenant: (j: NewJob) => j.tenant,
@@ -127,13 +110,12 @@ const INSERT_PARAMS = {
   parentId: (j: NewJob) => j.parentId,
   idempotencyKey: (j: NewJob) => j.idempotencyKey,
   requestHash: (j: NewJob) => j.requestHash,
+  ckey: (j: NewJob) => j.concurrencyKey ?? null,
   log: (j: NewJob) => JSON.stringify([{ from: null, to: j.state, at: j.createdAt, reason: 'submitted', attempt: 0, workerId: null }]),
 };
 
 interface HotStatements {
   insert: Compiled<NewJob>;
-  claimIds: Compiled<ClaimArgs>;
-  running: StatementSync;
   promote: Compiled<{ id: string; at: number }>;
   getJob: StatementSync;
   snapshotJson: StatementSync;
@@ -170,8 +152,7 @@ export class SqliteStore implements Store {
   private readonly commitStmt: StatementSync;
   private readonly rollbackStmt: StatementSync;
   private prepared: HotStatements | null = null;
-  private readonly claimByLimit = new Map<number, Compiled<ClaimArgs>>();
-  private readonly candidatesByLimit = new Map<number, StatementSync>();
+  private claimOps: SqliteClaimOps | null = null;
   private lastDataVersion = -1;
 
   constructor(readonly options: SqliteStoreOptions) {
@@ -232,17 +213,11 @@ export class SqliteStore implements Store {
       insert: compile(
         db,
         `INSERT INTO jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, log)
+          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, ckey, log)
          VALUES (@id, @tenant, @type, @state, @priority, @input, @metadata, @maxAttempts, @runAt, @createdAt, @createdAt,
-          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @log)`,
+          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @ckey, @log)`,
         INSERT_PARAMS,
       ),
-      claimIds: compile(
-        db,
-        `UPDATE jobs SET ${CLAIM_SET} WHERE id IN (SELECT value FROM json_each(@ids)) AND state = 'queued' RETURNING ${jobJson('jobs')}`,
-        CLAIM_PARAMS,
-      ),
-      running: arrays(db.prepare("SELECT count(*) FROM jobs WHERE state = 'running' AND type = ?")),
       getJob: arrays(db.prepare(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`)),
       snapshotJson: arrays(db.prepare(SNAPSHOT_JSON_SQL)),
       promote: compile(
@@ -253,7 +228,6 @@ export class SqliteStore implements Store {
         { id: (a: { id: string; at: number }) => a.id, at: (a: { id: string; at: number }) => a.at },
       ),
     };
-    arrays(this.prepared.claimIds.stmt);
     return this.prepared;
   }
 
@@ -454,12 +428,12 @@ export class SqliteStore implements Store {
   async claimJobs(params: ClaimParams): Promise<JobRecord[]> {
     if (params.limit <= 0 || params.types.length === 0) return [];
     return this.write(
-      () => this.claimSync(params),
+      () => this.claimSync(params).jobs,
       (jobs) => jobs.length,
     );
   }
 
-  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<{ applied: boolean[]; jobs: JobRecord[] }> {
+  async completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<ClaimCycle> {
     const { complete, claim } = params;
     for (const p of complete) checkTransition(p);
     const claiming = claim.limit > 0 && claim.types.length > 0;
@@ -468,7 +442,9 @@ export class SqliteStore implements Store {
       () => {
         const applied = new Array<boolean>(complete.length);
         for (let i = 0; i < complete.length; i++) applied[i] = this.transitions.apply(complete[i] as TransitionParams);
-        return { applied, jobs: claiming ? this.claimSync(claim) : [] };
+        if (!claiming) return { applied, jobs: [] };
+        const { jobs, wakeAt } = this.claimSync(claim);
+        return wakeAt === undefined ? { applied, jobs } : { applied, jobs, wakeAt };
       },
       // Rows written (they pace the checkpoints), not the claim's limit, which may be far more.
       (out) => out.applied.length + out.jobs.length,
@@ -476,72 +452,14 @@ export class SqliteStore implements Store {
   }
 
   /**
-   * Inside the caller's write transaction: promote due jobs, then claim up to `limit` queued
-   * jobs in queue order, at most `concurrency - running` of each limited type (running counts
-   * every worker's jobs). One type: one UPDATE whose sub-select walks that type's queue index.
-   * Several: each type's first candidates (index only), merged in queue order, then one UPDATE.
+   * Inside the caller's write transaction: promote due jobs, then claim (claim-ops.ts).
    * `params.now` is read once, here, inside the transaction (see write).
    */
-  private claimSync(params: ClaimParams): JobRecord[] {
-    const hot = this.hot;
+  private claimSync(params: ClaimParams): { jobs: JobRecord[]; wakeAt: number | undefined } {
     const now = params.now;
     this.promoteDueSync(now, 1000);
-    const limit = Math.floor(params.limit);
-    let rows: unknown[];
-    if (params.types.length === 1) {
-      const t = params.types[0] as ClaimParams['types'][number];
-      const room = this.room(t, limit);
-      if (room <= 0) return [];
-      const claim = this.claimType(room);
-      rows = claim.stmt.all(...claim.args({ worker: params.workerId, at: now, type: t.type, ids: '' }));
-    } else {
-      const candidates: [number, number, string][] = [];
-      for (const t of params.types) {
-        const room = this.room(t, limit);
-        if (room > 0) for (const c of this.candidates(room).all(t.type) as unknown as [number, number, string][]) candidates.push(c);
-      }
-      if (candidates.length === 0) return [];
-      candidates.sort((a, b) => a[0] - b[0] || a[1] - b[1] || (a[2] < b[2] ? -1 : a[2] > b[2] ? 1 : 0));
-      const ids = JSON.stringify(candidates.slice(0, limit).map((c) => c[2]));
-      rows = hot.claimIds.stmt.all(...hot.claimIds.args({ worker: params.workerId, at: now, type: '', ids }));
-    }
-    const jobs = jobsFromRows(rows);
-    // RETURNING yields rows in no promised order.
-    if (jobs.length > 1) jobs.sort(queueOrder);
-    return jobs;
-  }
-
-  /** One type's claim of up to `limit` jobs: the sub-select walks the type's queue index; RETURNING gives the rows as written. */
-  private claimType(limit: number): Compiled<ClaimArgs> {
-    let c = this.claimByLimit.get(limit);
-    if (!c) {
-      c = compile(
-        this.db,
-        `UPDATE jobs SET ${CLAIM_SET}
-         WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND type = @type ORDER BY priority, run_at, id LIMIT ${limit})
-         RETURNING ${jobJson('jobs')}`,
-        CLAIM_PARAMS,
-      );
-      arrays(c.stmt);
-      this.claimByLimit.set(limit, c);
-    }
-    return c;
-  }
-
-  /** A type's first `limit` candidates in queue order, from its queue index alone. */
-  private candidates(limit: number): StatementSync {
-    let st = this.candidatesByLimit.get(limit);
-    if (!st) {
-      st = arrays(this.db.prepare(`SELECT priority, run_at, id FROM jobs WHERE state = 'queued' AND type = ? ORDER BY priority, run_at, id LIMIT ${limit}`));
-      this.candidatesByLimit.set(limit, st);
-    }
-    return st;
-  }
-
-  /** How many jobs of type `t` one claim may take: its limit less the running ones (every worker's). */
-  private room(t: ClaimParams['types'][number], limit: number): number {
-    if (t.concurrency === undefined || t.concurrency <= 0) return limit;
-    return Math.min(limit, t.concurrency - ((this.hot.running.get(t.type) as unknown as [number])[0]));
+    this.claimOps ??= new SqliteClaimOps(this.db);
+    return this.claimOps.claim({ ...params, now });
   }
 
   // ---- transitions --------------------------------------------------------------------

@@ -1,0 +1,297 @@
+/**
+ * Migration 6: limits and fairness in PostgreSQL's claim (`complete_and_claim`), with the rules
+ * of core/claim-plan.ts: priority aging, fairness between tenants, the per-type rate limit, the
+ * per-key concurrency limit, and tenant running caps.
+ *
+ * How a claim runs, per type (the types come sorted, so advisory locks are always taken in one
+ * order: types, then tenants):
+ * - A type with a concurrency, key or rate limit takes the type's advisory lock: its claims are
+ *   serialised across workers, so the counts they read are exact.
+ * - The rate limit is a sliding-window log (`rate_starts`): starts older than the window are
+ *   deleted, the rest counted; when the window is full, the claim reports when it frees.
+ * - Candidates are read per tenant (a skip scan finds the tenants with queued jobs, at most 64,
+ *   from a random point when there are more) and per priority level, locked (FOR UPDATE SKIP
+ *   LOCKED) as they are read. A type with a concurrency key reads them per key instead.
+ * - The plan is one statement with window functions, the same steps as `planClaim`.
+ * The common claim (one type, no limits, one tenant, one priority level, no tenant cap) skips
+ * all that: one ordered scan, as before.
+ */
+import { logAppendFixed } from './log-sql.js';
+
+/** Columns the claim returns per job (and per applied transition, with only `applied` set). */
+const RETURNS = `RETURNS TABLE (
+    applied integer, id uuid, tenant text, type text, state text, priority smallint, input text, metadata text, result text, error text,
+    attempts integer, max_attempts integer, lease integer, worker_id text, cancel_requested boolean, cancel_reason text,
+    cancel_requested_at bigint, stalled boolean, parent_id text, created_at bigint, started_at bigint, finished_at bigint,
+    updated_at bigint, run_at bigint, expires_at bigint, heartbeat_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
+    stall_timeout_ms bigint, result_ttl_ms bigint, checkpoint text, idempotency_key text,
+    workflow text, wait_kind text, wait_name text, wait_fail_fast boolean, children_total integer, progress text, wake_at bigint)`;
+
+/** A queued job a claim may take (what `planClaim` calls a ClaimCandidate). */
+const CANDIDATE_TYPE = `CREATE TYPE {s}.claim_candidate AS (id uuid, type text, tenant text, rank smallint, run_at bigint, ckey text)`;
+
+/** How many candidates per tenant or key (core/claim-plan.ts perGroupFetch). */
+const PER_GROUP_FETCH = `
+  CREATE FUNCTION {s}.per_group_fetch(p_room integer, p_groups integer) RETURNS integer
+  LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT CASE WHEN p_groups <= 1 THEN p_room ELSE least(p_room, greatest(8, ceil(2.0 * p_room / p_groups)::integer)) END
+  $fn$;`;
+
+/**
+ * The tenants (p_keys false) or concurrency keys (true) with queued jobs of a type: a skip scan,
+ * one index probe each, at most 64; past 64, a new scan from a random point, wrapping around.
+ */
+const GROUPS = `
+  CREATE FUNCTION {s}.claim_groups(p_type text, p_keys boolean) RETURNS text[]
+  LANGUAGE plpgsql AS $fn$
+  DECLARE
+    v_out text[] := '{}';
+    v_at text := '';
+    v_next text;
+    v_start text := NULL;
+    v_wrapped boolean := false;
+  BEGIN
+    LOOP
+      IF p_keys THEN
+        SELECT j.ckey INTO v_next FROM {s}.jobs j
+        WHERE j.state = 'queued' AND j.ckey IS NOT NULL AND j.type = p_type AND j.ckey > v_at ORDER BY j.ckey LIMIT 1;
+      ELSE
+        SELECT j.tenant INTO v_next FROM {s}.jobs j
+        WHERE j.state = 'queued' AND j.type = p_type AND j.tenant > v_at ORDER BY j.tenant LIMIT 1;
+      END IF;
+      IF v_next IS NULL OR (v_wrapped AND v_next COLLATE "C" > v_start COLLATE "C") THEN
+        EXIT WHEN v_start IS NULL OR v_wrapped;
+        v_wrapped := true;
+        v_at := '';
+        CONTINUE;
+      END IF;
+      v_out := v_out || v_next;
+      v_at := v_next;
+      IF cardinality(v_out) >= 64 THEN
+        EXIT WHEN v_start IS NOT NULL;
+        -- 64 and more: take 64 from a random point instead, so that every one gets its turn.
+        v_start := md5(random()::text);
+        v_at := v_start;
+        v_out := '{}';
+      END IF;
+    END LOOP;
+    RETURN v_out;
+  END
+  $fn$;`;
+
+const CLAIM_FUNCTION = `
+  CREATE FUNCTION {s}.complete_and_claim(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
+    p_now bigint, p_key_limits integer[], p_rate_max integer[], p_rate_per bigint[], p_aging bigint,
+    p_cap_tenants text[], p_caps integer[], p_cap_others integer)
+  ${RETURNS}
+  LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+  #variable_conflict use_column
+  DECLARE
+    v_done integer[];
+    v_types integer := coalesce(array_length(p_types, 1), 0);
+    v_step bigint := coalesce(p_aging, 10000000000000);
+    v_room integer;
+    v_count integer;
+    v_fetch integer;
+    v_wake bigint;
+    v_at bigint;
+    v_groups text[];
+    v_group text;
+    v_cap integer;
+    v_fast boolean;
+    v_cands {s}.claim_candidate[] := '{}';
+    v_rtypes text[] := '{}';
+    v_rrooms integer[] := '{}';
+    v_ktypes text[] := '{}';
+    v_kkeys text[] := '{}';
+    v_krooms integer[] := '{}';
+    v_ttenants text[] := '{}';
+    v_trooms integer[] := '{}';
+    v_tenants text[];
+    v_rated text[] := '{}';
+    v_ids uuid[];
+  BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+      RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
+    END IF;
+    IF p_rounds > 0 THEN
+      v_done := {s}.apply_transitions(p_items, p_rounds);
+      FOREACH applied IN ARRAY v_done LOOP
+        RETURN NEXT;
+      END LOOP;
+      applied := NULL;
+    END IF;
+    IF p_limit <= 0 OR v_types = 0 THEN
+      RETURN;
+    END IF;
+    PERFORM {s}.promote_due(p_now, 1000);
+    <<types>>
+    FOR v_i IN 1 .. v_types LOOP
+      v_room := p_limit;
+      IF p_limits[v_i] IS NOT NULL OR p_key_limits[v_i] IS NOT NULL OR p_rate_max[v_i] IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtext('{name}:type-limit'), hashtext(p_types[v_i]));
+      END IF;
+      IF p_limits[v_i] IS NOT NULL THEN
+        SELECT count(*) INTO v_count FROM {s}.jobs j WHERE j.state = 'running' AND j.type = p_types[v_i];
+        v_room := least(v_room, p_limits[v_i] - v_count);
+      END IF;
+      IF p_rate_max[v_i] IS NOT NULL AND v_room > 0 THEN
+        v_rated := v_rated || p_types[v_i];
+        DELETE FROM {s}.rate_starts r WHERE r.type = p_types[v_i] AND r.at <= p_now - p_rate_per[v_i];
+        SELECT count(*) INTO v_count FROM {s}.rate_starts r WHERE r.type = p_types[v_i];
+        IF v_count >= p_rate_max[v_i] THEN
+          SELECT r.at + p_rate_per[v_i] INTO v_at FROM {s}.rate_starts r WHERE r.type = p_types[v_i]
+          ORDER BY r.at OFFSET v_count - p_rate_max[v_i] LIMIT 1;
+          v_wake := least(coalesce(v_wake, v_at), v_at);
+        END IF;
+        v_room := least(v_room, p_rate_max[v_i] - v_count);
+      END IF;
+      CONTINUE WHEN v_room <= 0;
+      v_rtypes := v_rtypes || p_types[v_i];
+      v_rrooms := v_rrooms || v_room;
+      IF p_key_limits[v_i] IS NOT NULL THEN
+        v_groups := {s}.claim_groups(p_types[v_i], true);
+        v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
+        FOREACH v_group IN ARRAY v_groups LOOP
+          SELECT count(*) INTO v_count FROM {s}.jobs j
+          WHERE j.state = 'running' AND j.ckey IS NOT NULL AND j.type = p_types[v_i] AND j.ckey = v_group;
+          CONTINUE WHEN v_count >= p_key_limits[v_i];
+          v_ktypes := v_ktypes || p_types[v_i];
+          v_kkeys := v_kkeys || v_group;
+          v_krooms := v_krooms || (p_key_limits[v_i] - v_count);
+          v_cands := v_cands || ARRAY(
+            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
+            WHERE j.state = 'queued' AND j.ckey IS NOT NULL AND j.type = p_types[v_i] AND j.ckey = v_group
+            ORDER BY j.priority, j.run_at, j.id
+            LIMIT least(p_key_limits[v_i] - v_count, v_fetch)
+            FOR UPDATE SKIP LOCKED);
+        END LOOP;
+        CONTINUE;
+      END IF;
+      v_groups := {s}.claim_groups(p_types[v_i], false);
+      CONTINUE WHEN cardinality(v_groups) = 0;
+      v_cap := CASE WHEN v_groups[1] = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_groups[1])] ELSE p_cap_others END;
+      v_fast := v_types = 1 AND cardinality(v_groups) = 1 AND p_rate_max[v_i] IS NULL AND v_cap IS NULL;
+      IF v_fast THEN
+        -- One priority level queued: aging cannot reorder, the queue index order is the plan.
+        v_fast := (SELECT j.priority FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_groups[1]
+                   ORDER BY j.priority LIMIT 1)
+              IS NOT DISTINCT FROM
+                  (SELECT j.priority FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_groups[1]
+                   ORDER BY j.priority DESC LIMIT 1);
+      END IF;
+      IF v_fast THEN
+        v_ids := ARRAY(
+          SELECT j.id FROM {s}.jobs j
+          WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_groups[1]
+          ORDER BY j.priority, j.run_at, j.id
+          LIMIT v_room
+          FOR UPDATE SKIP LOCKED);
+        EXIT types;
+      END IF;
+      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
+      FOREACH v_group IN ARRAY v_groups LOOP
+        FOR v_level IN 0 .. 3 LOOP
+          v_cands := v_cands || ARRAY(
+            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
+            WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_group AND j.priority = v_level
+            ORDER BY j.run_at, j.id
+            LIMIT v_fetch
+            FOR UPDATE SKIP LOCKED);
+        END LOOP;
+      END LOOP;
+    END LOOP;
+    IF v_ids IS NULL AND cardinality(v_cands) > 0 THEN
+      -- Tenant caps: each capped tenant's lock (in name order), then its running jobs counted.
+      SELECT array_agg(DISTINCT c.tenant ORDER BY c.tenant) INTO v_tenants FROM unnest(v_cands) c;
+      FOREACH v_group IN ARRAY v_tenants LOOP
+        v_cap := CASE WHEN v_group = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_group)] ELSE p_cap_others END;
+        CONTINUE WHEN v_cap IS NULL;
+        PERFORM pg_advisory_xact_lock(hashtext('{name}:tenant-cap'), hashtext(v_group));
+        SELECT count(*) INTO v_count FROM {s}.jobs j WHERE j.state = 'running' AND j.tenant = v_group;
+        v_ttenants := v_ttenants || v_group;
+        v_trooms := v_trooms || (v_cap - v_count);
+      END LOOP;
+      -- The plan: planClaim's steps as windows over the candidates in place order.
+      SELECT array_agg(y.id ORDER BY y.load, y.place, y.id) INTO v_ids FROM (
+        SELECT y.id, y.load, y.place FROM (
+          SELECT l.*, row_number() OVER (PARTITION BY l.type ORDER BY l.load, l.place, l.id) AS ry FROM (
+            SELECT t.*, coalesce(run.n, 0) + row_number() OVER (PARTITION BY t.tenant ORDER BY t.place, t.id) AS load FROM (
+              SELECT k.* FROM (
+                SELECT k.*, row_number() OVER (PARTITION BY k.tenant ORDER BY k.place, k.id) AS rt FROM (
+                  SELECT c.*, row_number() OVER (PARTITION BY c.type, c.ckey ORDER BY c.place, c.id) AS rk FROM (
+                    SELECT c.id, c.type, c.tenant, c.ckey, c.run_at + c.rank * v_step AS place FROM unnest(v_cands) c
+                  ) c
+                ) k
+                LEFT JOIN unnest(v_ktypes, v_kkeys, v_krooms) AS kr(type, ckey, room) ON kr.type = k.type AND kr.ckey = k.ckey
+                WHERE k.ckey IS NULL OR kr.room IS NULL OR k.rk <= kr.room
+              ) k
+              LEFT JOIN unnest(v_ttenants, v_trooms) AS tr(tenant, room) ON tr.tenant = k.tenant
+              WHERE tr.room IS NULL OR k.rt <= tr.room
+            ) t
+            LEFT JOIN (
+              SELECT j.tenant, count(*) AS n FROM {s}.jobs j
+              WHERE j.state = 'running' AND j.type = ANY(v_rtypes) AND j.tenant = ANY(v_tenants) AND cardinality(v_tenants) > 1
+              GROUP BY j.tenant
+            ) run ON run.tenant = t.tenant
+          ) l
+        ) y
+        JOIN unnest(v_rtypes, v_rrooms) AS rr(type, room) ON rr.type = y.type
+        WHERE y.ry <= rr.room
+        ORDER BY y.load, y.place, y.id
+        LIMIT p_limit
+      ) y;
+    END IF;
+    IF coalesce(cardinality(v_ids), 0) > 0 THEN
+      -- The claim by primary key, planned for each call (EXECUTE; see migration 3), and the
+      -- starts of rate-limited types logged in the same statement.
+      RETURN QUERY EXECUTE $q$
+      WITH moved AS (
+        UPDATE {s}.jobs j
+        SET state = 'running',
+            lease = j.lease + 1,
+            attempts = j.attempts + 1,
+            worker_id = $2,
+            started_at = $3,
+            heartbeat_at = $3,
+            stalled = false,
+            log = ${logAppendFixed('queued', 'running', '$3', 'claimed', 'j.attempts + 1', '$2')},
+            updated_at = greatest($3, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
+        WHERE j.id = ANY($1) AND j.state = 'queued'
+        RETURNING j.*
+      ), starts AS (
+        INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
+      )
+      SELECT NULL::integer, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
+        m.attempts, m.max_attempts, m.lease, m.worker_id, m.cancel_requested, m.cancel_reason,
+        m.cancel_requested_at, m.stalled, m.parent_id, m.created_at, m.started_at, m.finished_at,
+        m.updated_at, m.run_at, m.expires_at, m.heartbeat_at, m.timeout_ms, m.heartbeat_timeout_ms,
+        m.stall_timeout_ms, m.result_ttl_ms, m.checkpoint::text, m.idempotency_key,
+        m.workflow::text, m.wait_kind, m.wait_name, m.wait_fail_fast, m.children_total, p.data::text, NULL::bigint
+      FROM moved m LEFT JOIN {s}.progress p ON p.job_id = m.id
+      ORDER BY array_position($1, m.id)
+      $q$ USING v_ids, p_worker, p_now, v_rated;
+    END IF;
+    IF v_wake IS NOT NULL THEN
+      wake_at := v_wake;
+      RETURN NEXT;
+    END IF;
+  END
+  $fn$;`;
+
+export const CLAIM_MIGRATION = `
+  ALTER TABLE {s}.jobs ADD COLUMN ckey text COLLATE "C";
+  DROP INDEX {s}.jobs_queued;
+  CREATE INDEX jobs_queued ON {s}.jobs (type, tenant, priority, run_at, id) WHERE state = 'queued';
+  DROP INDEX {s}.jobs_running;
+  CREATE INDEX jobs_running ON {s}.jobs (type, tenant) WHERE state = 'running';
+  CREATE INDEX jobs_queued_by_key ON {s}.jobs (type, ckey, priority, run_at, id) WHERE state = 'queued' AND ckey IS NOT NULL;
+  CREATE INDEX jobs_running_by_key ON {s}.jobs (type, ckey) WHERE state = 'running' AND ckey IS NOT NULL;
+  CREATE TABLE {s}.rate_starts (type text COLLATE "C" NOT NULL, at bigint NOT NULL);
+  CREATE INDEX rate_starts_type ON {s}.rate_starts (type, at);
+  ${CANDIDATE_TYPE};
+  ${PER_GROUP_FETCH}
+  ${GROUPS}
+  DROP FUNCTION {s}.complete_and_claim(json, integer, text, text[], integer[], integer, bigint);
+  ${CLAIM_FUNCTION}
+`;
