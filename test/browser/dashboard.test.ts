@@ -47,6 +47,8 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
       const row = [...document.querySelectorAll('[data-testid="state-counts"] tr')].find((r) => r.querySelector('th')?.textContent === 'failed');
       return row?.querySelector('.num')?.textContent === '1';
     }, undefined, WAIT);
+    // The chart library arrives in its own file, on first use, and draws.
+    await page.locator('.chart-canvas canvas').waitFor(WAIT);
     await screenshot(page, 'overview');
     assert.deepEqual(problems, []);
   });

@@ -2,9 +2,18 @@
  * A time-series line chart (uPlot, drawn on canvas). The figures it draws are also given as a
  * table for screen readers and keyboard users (`summary`), since a canvas says nothing.
  */
-import { useEffect, useRef } from 'preact/hooks';
-import uPlot from 'uplot';
-import 'uplot/dist/uPlot.min.css';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import type uPlot from 'uplot';
+
+/**
+ * uPlot is loaded on first use, in its own file: the pages (and the overview's figures) do not
+ * wait for the chart library to download and parse.
+ */
+let uPlotModule: Promise<typeof uPlot> | null = null;
+function loadUPlot(): Promise<typeof uPlot> {
+  uPlotModule ??= Promise.all([import('uplot'), import('uplot/dist/uPlot.min.css')]).then(([m]) => m.default);
+  return uPlotModule;
+}
 
 export interface Series {
   label: string;
@@ -23,9 +32,14 @@ export function LineChart({
   const el = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const shape = series.map((s) => s.label).join('|');
+  const [UPlot, setUPlot] = useState<typeof uPlot | null>(null);
 
   useEffect(() => {
-    if (!el.current) return;
+    loadUPlot().then((m) => setUPlot(() => m));
+  }, []);
+
+  useEffect(() => {
+    if (!el.current || !UPlot) return;
     const width = Math.max(280, el.current.clientWidth || 600);
     const opts: uPlot.Options = {
       width,
@@ -42,7 +56,7 @@ export function LineChart({
       axes: [{}, { label: 'jobs / min' }],
       series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, points: { show: false } }))],
     };
-    plot.current = new uPlot(opts, [times, ...series.map((s) => s.values)] as uPlot.AlignedData, el.current);
+    plot.current = new UPlot(opts, [times, ...series.map((s) => s.values)] as uPlot.AlignedData, el.current);
     const resize = new ResizeObserver(() => {
       if (el.current && plot.current) plot.current.setSize({ width: Math.max(280, el.current.clientWidth), height });
     });
@@ -52,7 +66,7 @@ export function LineChart({
       plot.current?.destroy();
       plot.current = null;
     };
-  }, [shape, height, windowSeconds]);
+  }, [UPlot, shape, height, windowSeconds]);
 
   useEffect(() => {
     plot.current?.setData([times, ...series.map((s) => s.values)] as uPlot.AlignedData);

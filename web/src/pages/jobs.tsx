@@ -31,12 +31,16 @@ export function Jobs({ route }: { route: Route }) {
   // Cursors of the pages before this one, for "Previous": carried in history state.
   const back = (history.state as { back?: string[] } | null)?.back ?? [];
 
+  // The type suggestions wait for the first page of jobs: on an older server they cost a
+  // `/v1/stats` read, which must not delay the table.
+  const firstLoaded = page !== null;
   useEffect(() => {
+    if (!firstLoaded) return;
     taskTypes().then(
       (t) => setTypes(t.types.map((x) => x.type)),
       () => undefined,
     );
-  }, []);
+  }, [firstLoaded]);
 
   useEffect(() => {
     const controller = new AbortController();
