@@ -14,7 +14,8 @@
  *   LOCKED) as they are read. A type with a concurrency key reads them per key instead.
  * - The plan is one statement with window functions, the same steps as `planClaim`.
  * The common claim (one type, no limits, one tenant, one priority level, no tenant cap) skips
- * all that: one ordered scan, as before.
+ * all that: two index probes (the first queued (tenant, priority), and whether another pair
+ * follows it), then one ordered scan, as before.
  */
 import { logAppendFixed } from './log-sql.js';
 
@@ -98,7 +99,8 @@ const CLAIM_FUNCTION = `
     v_groups text[];
     v_group text;
     v_cap integer;
-    v_fast boolean;
+    v_alone boolean;
+    v_rank smallint;
     v_cands {s}.claim_candidate[] := '{}';
     v_rtypes text[] := '{}';
     v_rrooms integer[] := '{}';
@@ -168,27 +170,26 @@ const CLAIM_FUNCTION = `
         END LOOP;
         CONTINUE;
       END IF;
-      v_groups := {s}.claim_groups(p_types[v_i], false);
-      CONTINUE WHEN cardinality(v_groups) = 0;
-      v_cap := CASE WHEN v_groups[1] = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_groups[1])] ELSE p_cap_others END;
-      v_fast := v_types = 1 AND cardinality(v_groups) = 1 AND p_rate_max[v_i] IS NULL AND v_cap IS NULL;
-      IF v_fast THEN
-        -- One priority level queued: aging cannot reorder, the queue index order is the plan.
-        v_fast := (SELECT j.priority FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_groups[1]
-                   ORDER BY j.priority LIMIT 1)
-              IS NOT DISTINCT FROM
-                  (SELECT j.priority FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_groups[1]
-                   ORDER BY j.priority DESC LIMIT 1);
-      END IF;
-      IF v_fast THEN
+      -- The first (tenant, priority) queued, and whether any other follows it: two probes.
+      SELECT j.tenant, j.priority INTO v_group, v_rank FROM {s}.jobs j
+      WHERE j.state = 'queued' AND j.type = p_types[v_i] ORDER BY j.tenant, j.priority LIMIT 1;
+      CONTINUE WHEN NOT FOUND;
+      -- (ORDER BY keeps the plan on the index: with a bare filter a generic plan may scan the table.)
+      PERFORM FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_i] AND (j.tenant, j.priority) > (v_group, v_rank)
+      ORDER BY j.tenant, j.priority LIMIT 1;
+      v_alone := NOT FOUND;
+      v_cap := CASE WHEN v_group = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_group)] ELSE p_cap_others END;
+      IF v_alone AND v_types = 1 AND p_rate_max[v_i] IS NULL AND v_cap IS NULL THEN
+        -- One tenant, one priority level: the queue index order is the plan.
         v_ids := ARRAY(
           SELECT j.id FROM {s}.jobs j
-          WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_groups[1]
+          WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_group
           ORDER BY j.priority, j.run_at, j.id
           LIMIT v_room
           FOR UPDATE SKIP LOCKED);
         EXIT types;
       END IF;
+      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[v_i], false) END;
       v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
       FOREACH v_group IN ARRAY v_groups LOOP
         FOR v_level IN 0 .. 3 LOOP

@@ -9,7 +9,8 @@
  *
  * The common case skips the planner: one type without key or rate limit, one tenant with
  * queued jobs, one priority level among them, no tenant cap. That claim is one UPDATE whose
- * sub-select walks the queue index, as before fairness existed (four index probes added).
+ * sub-select walks the queue index, as before fairness existed, after two index probes (the
+ * first queued (tenant, priority), and whether another pair follows it).
  */
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { type ClaimCandidate, DEFAULT_PRIORITY_AGING_MS, keyOf, PRIORITY_LEVELS, perGroupFetch, planClaim } from '../../core/claim-plan.js';
@@ -87,10 +88,18 @@ export class SqliteClaimOps {
         this.keyedCandidates(t.type, t.keyConcurrency, room, keyRoom, candidates);
         continue;
       }
-      const tenants = this.groups('tenant', t.type);
-      if (params.types.length === 1 && tenants.length === 1 && !t.rateLimit && !capOf(caps, tenants[0] as string) && this.oneLevel(t.type, tenants[0] as string)) {
-        return { jobs: this.fast(params.workerId, now, t.type, tenants[0] as string, room), wakeAt };
+      // The first (tenant, priority) queued, and whether any other follows it: two probes.
+      const head = this.stmt("SELECT tenant, priority FROM jobs WHERE state = 'queued' AND type = ? ORDER BY tenant, priority LIMIT 1").get(t.type) as unknown as
+        | [string, number]
+        | undefined;
+      if (head === undefined) continue;
+      const alone =
+        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND (tenant, priority) > (?, ?) ORDER BY tenant, priority LIMIT 1").get(t.type, head[0], head[1]) ===
+        undefined;
+      if (alone && params.types.length === 1 && !t.rateLimit && capOf(caps, head[0]) === undefined) {
+        return { jobs: this.fast(params.workerId, now, t.type, head[0], room), wakeAt };
       }
+      const tenants = alone ? [head[0]] : this.groups('tenant', t.type);
       const fetch = perGroupFetch(room, tenants.length);
       for (const tenant of tenants) this.tenantCandidates(t.type, tenant, fetch, candidates);
     }
@@ -137,14 +146,6 @@ export class SqliteClaimOps {
     if (t.concurrency === undefined || t.concurrency <= 0) return limit;
     const running = (this.stmt("SELECT count(*) FROM jobs WHERE state = 'running' AND type = ?").get(t.type) as unknown as [number])[0];
     return Math.min(limit, t.concurrency - running);
-  }
-
-  /** Whether a tenant's queued jobs of a type are all at one priority level (then aging cannot reorder them). */
-  private oneLevel(type: string, tenant: string): boolean {
-    const q = "SELECT priority FROM jobs WHERE state = 'queued' AND type = ? AND tenant = ? ORDER BY priority";
-    const lo = this.stmt(`${q} LIMIT 1`).get(type, tenant) as unknown as [number] | undefined;
-    const hi = this.stmt(`${q} DESC LIMIT 1`).get(type, tenant) as unknown as [number] | undefined;
-    return lo === undefined || hi === undefined || lo[0] === hi[0];
   }
 
   /**
