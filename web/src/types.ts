@@ -91,19 +91,24 @@ export interface Stats {
   [extra: string]: unknown;
 }
 
-/** `GET /v1/jobs/{id}/attempts` (newer servers). */
+/** `GET /v1/jobs/{id}/attempts` (newer servers): `{items, nextCursor}`, oldest first. */
 export interface Attempt {
   attempt: number;
-  startedAt?: string | null;
-  finishedAt?: string | null;
+  workerId: string | null;
+  startedAt: string | null;
+  endedAt: string | null;
+  /** The state the attempt ended in (`failed`, `retrying`, `cancelled`, `waiting`, `succeeded`), or `running`. */
+  outcome: string;
+  reason: string | null;
   error: JobError | null;
-  [extra: string]: unknown;
+  stack: string | null;
 }
 
 /** `GET /v1/task-types` (newer servers). */
 export interface TaskType {
   type: string;
   inputSchema: JsonSchema | null;
+  description?: string | null;
 }
 
 export interface JsonSchema {
@@ -127,5 +132,6 @@ export interface DeadLetterGroup {
   type: string;
   code: string | null;
   count: number;
-  [extra: string]: unknown;
+  lastFailedAt?: string | number | null;
+  tenant?: string;
 }

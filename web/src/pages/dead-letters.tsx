@@ -14,9 +14,43 @@ import type { DeadLetterGroup, Job, Page } from '../types';
 type Action = 'retry' | 'discard';
 const VERB: Record<Action, string> = { retry: 'Replay', discard: 'Discard' };
 
-async function act(action: Action, body: { type?: string; code?: string | null; ids?: string[] }): Promise<number> {
+type Selection = { type?: string; code?: string | null; ids?: string[] };
+
+/** The API's `ids` limit per request. */
+const MAX_IDS = 1000;
+
+async function act(action: Action, selection: Selection): Promise<number> {
+  // A group of jobs that failed without an error code cannot be named by `code`: its jobs are
+  // picked out of the type's failures and sent by id.
+  if (selection.code === null && selection.ids === undefined && selection.type !== undefined) {
+    const ids: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const qs = new URLSearchParams({ type: selection.type, limit: '1000' });
+      if (cursor) qs.set('cursor', cursor);
+      const page: Page<Job> = await api<Page<Job>>(`/v1/dead-letters/jobs?${qs}`);
+      for (const j of page.items) if (!j.error?.code) ids.push(j.id);
+      cursor = page.nextCursor;
+    } while (cursor);
+    let count = 0;
+    for (let i = 0; i < ids.length; i += MAX_IDS) count += await post(action, { ids: ids.slice(i, i + MAX_IDS) });
+    return count;
+  }
+  const body: Selection = {};
+  if (selection.type !== undefined) body.type = selection.type;
+  if (selection.code !== undefined && selection.code !== null) body.code = selection.code;
+  if (selection.ids !== undefined) body.ids = selection.ids;
+  return post(action, body);
+}
+
+async function post(action: Action, body: Selection): Promise<number> {
   const r = await api<{ count: number }>(`/v1/dead-letters/${action}`, { method: 'POST', body });
   return r.count;
+}
+
+function failedAt(v: string | number | null | undefined): string | null {
+  if (v === null || v === undefined) return null;
+  return typeof v === 'number' ? new Date(v).toISOString() : v;
 }
 
 function groupKey(g: DeadLetterGroup): string {
@@ -41,7 +75,7 @@ export function DeadLetters() {
     if (job === null || (event === 'status' && (job.status === 'failed' || groups.data?.some((g) => g.type === job.type)))) refresh();
   });
 
-  const run = async (action: Action, what: string, body: { type?: string; code?: string | null; ids?: string[] }) => {
+  const run = async (action: Action, what: string, body: Selection) => {
     if (!window.confirm(`${VERB[action]} ${what}?`)) return;
     try {
       const n = await act(action, body);
@@ -73,6 +107,7 @@ export function DeadLetters() {
               <th scope="col">Task type</th>
               <th scope="col">Error code</th>
               <th scope="col" class="num">Jobs</th>
+              <th scope="col">Last failure</th>
               <th scope="col">Actions</th>
             </tr>
           </thead>
@@ -88,6 +123,7 @@ export function DeadLetters() {
                       <code>{g.code ?? '—'}</code>
                     </td>
                     <td class="num">{g.count}</td>
+                    <td>{ago(failedAt(g.lastFailedAt))}</td>
                     <td class="actions">
                       <button type="button" aria-expanded={open === key} onClick={() => setOpen(open === key ? null : key)}>
                         {open === key ? 'Hide jobs' : 'Show jobs'}
@@ -103,7 +139,7 @@ export function DeadLetters() {
                   </tr>
                   {open === key ? (
                     <tr>
-                      <td colSpan={4}>
+                      <td colSpan={5}>
                         <GroupJobs group={g} tick={tick} run={run} />
                       </td>
                     </tr>
@@ -125,7 +161,7 @@ function GroupJobs({
 }: {
   group: DeadLetterGroup;
   tick: number;
-  run: (action: Action, what: string, body: { ids: string[] }) => Promise<void>;
+  run: (action: Action, what: string, body: Selection) => Promise<void>;
 }) {
   const [cursor, setCursor] = useState<string | null>(null);
   const [selected, setSelected] = useState<Set<string>>(new Set());
@@ -138,7 +174,8 @@ function GroupJobs({
     },
     [group.type, group.code, cursor, tick],
   );
-  const items = page.data?.items ?? [];
+  // Without a code to filter on, the type's failures are listed and those with a code left out.
+  const items = (page.data?.items ?? []).filter((j) => group.code !== null || !j.error?.code);
   const toggle = (id: string) =>
     setSelected((s) => {
       const n = new Set(s);

@@ -180,33 +180,51 @@ function ErrorBox({ error, label }: { error: JobError | null; label: string }) {
 }
 
 function Attempts({ id, tick, job }: { id: string; tick: number; job: Job }) {
+  const [cursor, setCursor] = useState<string | null>(null);
+  const [earlier, setEarlier] = useState<Attempt[]>([]);
   const attempts = useAsync(async (signal) => {
     try {
-      const r = await api<Attempt[] | { items: Attempt[] }>(`/v1/jobs/${encodeURIComponent(id)}/attempts`, { signal });
-      return Array.isArray(r) ? r : r.items;
+      return await api<Page<Attempt>>(`/v1/jobs/${encodeURIComponent(id)}/attempts${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`, { signal });
     } catch (err) {
       if (isMissingRoute(err)) return null;
       throw err;
     }
-  }, [id, tick]);
+  }, [id, tick, cursor]);
+  const items = attempts.data ? [...earlier, ...attempts.data.items] : [];
   return (
     <>
       <h2>Attempts</h2>
       {attempts.error ? <p role="alert">{attempts.error.message}</p> : null}
       {attempts.data === null ? (
         <p class="muted">This server does not list attempts; the latest failure is shown under Error.{job.lastError ? '' : ' No attempt has failed.'}</p>
-      ) : attempts.data && attempts.data.length > 0 ? (
+      ) : items.length > 0 ? (
         <ol class="attempts" data-testid="attempts">
-          {attempts.data.map((a) => (
-            <li key={a.attempt}>
-              <strong>Attempt {a.attempt}</strong> {a.startedAt ? <span class="muted">started {time(a.startedAt)}</span> : null}{' '}
-              {a.finishedAt ? <span class="muted">ended {time(a.finishedAt)}</span> : null}
-              {a.error ? <ErrorBox error={a.error} label="Error" /> : <p class="muted">no error</p>}
+          {items.map((a, i) => (
+            <li key={`${i}-${a.attempt}`}>
+              <strong>Attempt {a.attempt}</strong>: {a.outcome}
+              {a.reason ? <span class="muted"> ({a.reason})</span> : null}
+              <span class="muted">
+                {' '}
+                {time(a.startedAt)} → {a.endedAt ? time(a.endedAt) : 'now'}
+              </span>
+              {a.workerId ? <span class="muted mono"> {a.workerId}</span> : null}
+              {a.error ? <ErrorBox error={{ ...a.error, stack: a.stack }} label="Error" /> : null}
             </li>
           ))}
         </ol>
       ) : attempts.data ? (
         <p class="muted">No attempt yet.</p>
+      ) : null}
+      {attempts.data?.nextCursor ? (
+        <button
+          type="button"
+          onClick={() => {
+            setEarlier(items);
+            setCursor(attempts.data?.nextCursor ?? null);
+          }}
+        >
+          More attempts
+        </button>
       ) : null}
     </>
   );

@@ -6,6 +6,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api } from '../api';
 import { LineChart } from '../components/line-chart';
+import { Queues } from '../components/queues';
 import { count, ms } from '../format';
 import { useFeed, useThrottled } from '../hooks';
 import { href } from '../router';
@@ -20,7 +21,7 @@ const samples: { t: number; submitted: number; finished: number }[] = [];
 export function Overview() {
   const [stats, setStats] = useState<Stats | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const [, setVersion] = useState(0);
+  const [version, setVersion] = useState(0);
 
   const load = async () => {
     try {
@@ -100,6 +101,8 @@ export function Overview() {
           </table>
         </figure>
       </div>
+
+      <Queues refresh={version} />
 
       <h2>Run time per task type (jobs finished in the last 15 minutes)</h2>
       <table class="data" data-testid="durations">

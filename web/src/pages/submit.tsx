@@ -27,7 +27,8 @@ export function Submit() {
     );
   }, []);
 
-  const schema = types?.types.find((t) => t.type === type)?.inputSchema ?? null;
+  const chosen = types?.types.find((t) => t.type === type);
+  const schema = chosen?.inputSchema ?? null;
   const formSchema = isFormSchema(schema) ? schema : null;
 
   const submit = async (e: Event) => {
@@ -88,6 +89,7 @@ export function Submit() {
               </datalist>
             </>
           )}
+          {chosen?.description ? <small class="help">{chosen.description}</small> : null}
         </div>
         {formSchema ? (
           <SchemaFields schema={formSchema} idPrefix={`f-${type}`} key={type} />
