@@ -58,8 +58,18 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     await page.evaluate(() => {
       (window as unknown as { marker: number }).marker = 42;
     });
-    await page.getByLabel('Task type').fill('demo.sleep');
-    await page.getByLabel('Input (JSON)').fill('{"steps": 12, "stepMs": 150}');
+    const typeField = page.getByLabel('Task type');
+    await typeField.waitFor(WAIT);
+    if ((await typeField.evaluate((el) => el.tagName)) === 'SELECT') {
+      // A server with GET /v1/task-types: the type is picked and the input form is built from
+      // demo.sleep's JSON Schema (integer fields steps and stepMs).
+      await typeField.selectOption('demo.sleep');
+      await page.getByLabel('steps').fill('12');
+      await page.getByLabel('stepMs').fill('150');
+    } else {
+      await typeField.fill('demo.sleep');
+      await page.getByLabel('Input (JSON)').fill('{"steps": 12, "stepMs": 150}');
+    }
     await screenshot(page, 'submit');
     await page.getByRole('button', { name: 'Submit job' }).click();
     await page.waitForURL(/#\/jobs\/[0-9a-f-]{36}$/, WAIT);
@@ -105,7 +115,15 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     assert.equal(await page.evaluate(() => (window as unknown as { pwned?: number }).pwned), undefined);
     assert.equal(await page.locator('[data-testid="job-detail"] img').count(), 0);
     assert.ok(((await page.locator('pre.json', { hasText: 'onerror' }).textContent()) ?? '').includes(evil.replaceAll('"', '\\"')));
-    await page.locator('[data-testid="error"]', { hasText: 'ESCAPED' }).waitFor(WAIT);
+    await page.locator('[data-testid="error"]', { hasText: 'ESCAPED' }).first().waitFor(WAIT);
+    // Where the server lists attempts, the failed one is there with its code and stack.
+    const attempts = await fetch(`${server.base}/v1/jobs/${job.id}/attempts`);
+    if (attempts.status === 200) {
+      const attempt = page.locator('[data-testid="attempts"] li', { hasText: 'Attempt 1' });
+      await attempt.locator('[data-testid="error"]', { hasText: 'ESCAPED' }).waitFor(WAIT);
+      await attempt.locator('summary', { hasText: 'Stack' }).click();
+      await attempt.locator('pre', { hasText: 'demo.fail failed on purpose' }).waitFor(WAIT);
+    }
     assert.deepEqual(problems, []);
   });
 
@@ -161,6 +179,8 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     await page.goto('/#/dead-letters');
     const group = page.locator('tr[data-group="demo.fail / REPLAY_ME"]');
     await group.waitFor(WAIT);
+    await group.getByRole('button', { name: /^Show jobs/ }).click();
+    for (const j of failed) await page.locator('.group-jobs tr', { hasText: j.id }).waitFor(WAIT);
     await screenshot(page, 'dead-letters');
     page.once('dialog', (d) => d.accept());
     await group.getByRole('button', { name: /^Replay group/ }).click();
@@ -172,6 +192,17 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
         `job ${j.id} was replayed`,
       );
     }
+    // Discard one job: it is deleted.
+    const lone = await server.lh.submit('demo.fail', { code: 'DISCARD_ONE' });
+    await server.lh.wait(lone.id);
+    const loneGroup = page.locator('tr[data-group="demo.fail / DISCARD_ONE"]');
+    await loneGroup.waitFor(WAIT);
+    await loneGroup.getByRole('button', { name: /^Show jobs/ }).click();
+    page.once('dialog', (d) => d.accept());
+    await page.getByRole('button', { name: `Discard job ${lone.id}` }).click();
+    await page.locator('[data-testid="dl-notice"]', { hasText: 'Discarded 1 job' }).waitFor(WAIT);
+    assert.equal(await server.lh.get(lone.id), null);
+    await loneGroup.waitFor({ ...WAIT, state: 'detached' });
     assert.deepEqual(problems, []);
   });
 });

@@ -22,7 +22,12 @@ export function SchemaFields({ schema, idPrefix }: { schema: JsonSchema & { prop
       {Object.entries(schema.properties).map(([name, prop]) => {
         const id = `${idPrefix}-${name}`;
         const t = typeOf(prop);
-        const help = [prop.description, prop.minimum !== undefined ? `min ${prop.minimum}` : '', prop.maximum !== undefined ? `max ${prop.maximum}` : '']
+        const help = [
+          prop.description,
+          prop.default !== undefined ? `default ${JSON.stringify(prop.default)}` : '',
+          prop.minimum !== undefined ? `min ${prop.minimum}` : '',
+          prop.maximum !== undefined ? `max ${prop.maximum}` : '',
+        ]
           .filter(Boolean)
           .join('; ');
         const label = (
