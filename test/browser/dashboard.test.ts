@@ -127,6 +127,25 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     assert.deepEqual(problems, []);
   });
 
+  it("shows a workflow's children and its result file, which downloads", async () => {
+    const parent = await server.lh.submit('demo.export', { rows: 300, shards: 3 });
+    await page.goto(`/#/jobs/${parent.id}`);
+    await waitForStatus(page, 'succeeded');
+    await page.waitForFunction(() => document.querySelectorAll('[data-testid="children"] li').length === 3, undefined, WAIT);
+    await page.locator('[data-testid="children"] .badge-succeeded').nth(2).waitFor(WAIT);
+    const link = page.locator('[data-testid="result-files"] a', { hasText: 'export.csv' });
+    await link.waitFor(WAIT);
+    const url = await link.getAttribute('href');
+    assert.match(url ?? '', /\/v1\/jobs\/[^/]+\/results\/export\.csv\?exp=\d+&sig=/);
+    const download = await page.request.get(url ?? '');
+    assert.equal(download.status(), 200);
+    assert.equal((await download.text()).trim().split('\n').length, 301, 'a header and 300 rows');
+    // A child links back to its parent.
+    await page.locator('[data-testid="children"] li a').first().click();
+    await page.getByRole('link', { name: parent.id }).waitFor(WAIT);
+    assert.deepEqual(problems, []);
+  });
+
   it('shows new jobs and their changes on the jobs page as they happen', async () => {
     await page.goto('/#/jobs');
     await page.getByRole('heading', { name: 'Jobs' }).waitFor(WAIT);

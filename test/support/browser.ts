@@ -17,6 +17,7 @@ import { parseApiKeys } from '../../src/server/auth.js';
 import { DEFAULT_DASHBOARD_DIR } from '../../src/server/dashboard.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { demoSleep } from '../../src/tasks/examples.js';
+import { exportShard, shardedExport } from '../../src/tasks/sharded-export.js';
 
 export const CHROMIUM = process.env.LONGHAUL_CHROMIUM ?? '/usr/bin/chromium';
 const SCREENSHOT_DIR = join(import.meta.dirname, '../../.screenshots');
@@ -58,7 +59,7 @@ export async function startDashboardServer(options: { apiKeys?: string; database
   const dir = mkdtempSync(join(tmpdir(), 'longhaul-web-'));
   const lh = await Longhaul.open({
     database: options.database ?? join(dir, 'web.db'),
-    tasks: [demoSleep, failingTask],
+    tasks: [demoSleep, failingTask, shardedExport, exportShard],
     logger: pino({ level: 'silent' }),
     sweepIntervalMs: 100,
   });
