@@ -259,6 +259,7 @@ export const routeSchemas = {
         status: { type: 'string', description: 'one status or several, comma-separated' },
         type: { type: 'string' },
         parentId: { type: 'string', maxLength: 64, description: "only this job's children (ctx.spawn), oldest first" },
+        q: { type: 'string', description: 'only jobs whose id or metadata (as JSON text) contains this text; letters A to Z without case; at most 200 characters' },
         limit: { type: 'string', description: 'an integer from 1 to 1000, default 50' },
         cursor: { type: 'string' },
       },

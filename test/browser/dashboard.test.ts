@@ -155,6 +155,17 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     await row.waitFor(WAIT);
     await row.locator('.badge-succeeded').waitFor(WAIT);
     await screenshot(page, 'jobs');
+    // Search: text in metadata, found by the server (letters in any case).
+    const tagged = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { metadata: { customer: 'Umbrella Corp' } });
+    await page.getByLabel('Search').fill('UMBRELLA');
+    await page.getByLabel('Search').press('Enter');
+    await page.waitForURL(/q=UMBRELLA/, WAIT);
+    await page.locator(`tr[data-job-id="${job.id}"]`).waitFor({ ...WAIT, state: 'detached' });
+    await page.locator(`tr[data-job-id="${tagged.id}"]`).waitFor(WAIT);
+    assert.equal(await page.locator('tbody tr[data-job-id]').count(), 1);
+    await page.getByLabel('Search').fill('');
+    await page.getByLabel('Search').press('Enter');
+    await page.locator(`tr[data-job-id="${job.id}"]`).waitFor(WAIT);
     // Filters: by state (server-side) and a full id.
     await page.getByLabel('State').selectOption('failed');
     await page.waitForURL(/state=failed/, WAIT);

@@ -160,3 +160,40 @@ describe('GET /v1/jobs/{id}/checkpoint', () => {
     assert.equal((await app.inject({ method: 'GET', url: '/v1/jobs/no-such-job/checkpoint', headers: auth('checkpoint-key-a') })).statusCode, 404);
   });
 });
+
+describe('GET /v1/jobs?q= (the dashboard search)', () => {
+  let dir: string;
+  let lh: Longhaul;
+  let app: Awaited<ReturnType<typeof buildServer>>;
+  const get = async (url: string, key = 'search-key-aaaa') => app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${key}` } });
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'longhaul-q-'));
+    lh = await Longhaul.open({ database: join(dir, 'q.db'), tasks: [demoSleep], logger: pino({ level: 'silent' }) });
+    app = await buildServer({ lh, apiKeys: parseApiKeys('ta:search-key-aaaa,tb:search-key-bbbb'), logger: false, dashboard: false });
+  });
+  after(async () => {
+    await app?.close();
+    await lh?.close({ drainMs: 0 });
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("finds the tenant's jobs by text in id or metadata, with the other filters; refuses over 200 characters", async () => {
+    const mine = await lh.submit('demo.sleep', {}, { tenant: 'ta', metadata: { customer: 'Initech' }, delayMs: 60_000 });
+    await lh.submit('demo.sleep', {}, { tenant: 'ta', metadata: { customer: 'Hooli' }, delayMs: 60_000 });
+    await lh.submit('demo.sleep', {}, { tenant: 'tb', metadata: { customer: 'Initech' }, delayMs: 60_000 });
+    const found = await get('/v1/jobs?q=initech');
+    assert.equal(found.statusCode, 200);
+    assert.deepEqual(
+      found.json().items.map((j: { id: string }) => j.id),
+      [mine.id],
+    );
+    assert.equal((await get('/v1/jobs?q=initech&status=queued')).json().items.length, 0);
+    assert.equal((await get('/v1/jobs?q=initech&status=pending')).json().items.length, 1);
+    assert.equal((await get(`/v1/jobs?q=${mine.id.slice(0, 13)}`)).json().items[0].id, mine.id);
+    assert.equal((await get('/v1/jobs?q=nothing-like-this')).json().items.length, 0);
+    const long = await get(`/v1/jobs?q=${'x'.repeat(201)}`);
+    assert.equal(long.statusCode, 400);
+    assert.equal(long.json().errors[0].path, 'q');
+  });
+});

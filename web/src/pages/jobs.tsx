@@ -16,6 +16,13 @@ import { JOB_STATES, type Job, type Page } from '../types';
 const PAGE_SIZE = 50;
 const ID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** The server's `q` rule, for jobs arriving by the feed: id or metadata JSON, letters A to Z without case. */
+function matchesText(job: Job, text: string): boolean {
+  const lower = (v: string) => v.replace(/[A-Z]/g, (c) => c.toLowerCase());
+  const t = lower(text);
+  return lower(job.id).includes(t) || (job.metadata !== null && lower(JSON.stringify(job.metadata)).includes(t));
+}
+
 export function Jobs({ route }: { route: Route }) {
   const state = route.params.get('state') ?? '';
   const type = route.params.get('type') ?? '';
@@ -59,6 +66,7 @@ export function Jobs({ route }: { route: Route }) {
       const qs = new URLSearchParams({ limit: String(PAGE_SIZE) });
       if (state) qs.set('status', state);
       if (type) qs.set('type', type);
+      if (q.trim()) qs.set('q', q.trim());
       if (cursor) qs.set('cursor', cursor);
       return api<Page<Job>>(`/v1/jobs?${qs}`, { signal: controller.signal });
     };
@@ -91,6 +99,7 @@ export function Jobs({ route }: { route: Route }) {
       if (cursor || ID_PATTERN.test(q.trim())) return p;
       if (state && !state.split(',').includes(job.status)) return p;
       if (type && job.type !== type) return p;
+      if (q.trim() && !matchesText(job, q.trim())) return p;
       const newest = p.items[0];
       if (newest && job.createdAt < newest.createdAt) return p;
       return { ...p, items: [job, ...p.items].slice(0, PAGE_SIZE) };
@@ -101,11 +110,7 @@ export function Jobs({ route }: { route: Route }) {
     navigate('/jobs', { state, type, q, ...next, cursor: undefined });
   };
 
-  const text = q.trim().toLowerCase();
-  const shown =
-    page && text && !ID_PATTERN.test(q.trim())
-      ? page.items.filter((j) => j.id.includes(text) || j.type.toLowerCase().includes(text) || JSON.stringify(j.metadata ?? {}).toLowerCase().includes(text))
-      : (page?.items ?? []);
+  const shown = page?.items ?? [];
 
   return (
     <section aria-labelledby="jobs-title">
@@ -144,11 +149,11 @@ export function Jobs({ route }: { route: Route }) {
         </label>
         <label>
           Search
-          <input name="q" type="search" defaultValue={q} key={`q-${q}`} placeholder="job id, or text in id / metadata" aria-describedby="search-help" />
+          <input name="q" type="search" defaultValue={q} key={`q-${q}`} placeholder="id or metadata text" aria-describedby="search-help" />
         </label>
         <button type="submit">Apply</button>
         <p id="search-help" class="help">
-          A full job id finds that job; other text filters the loaded page by id, type and metadata.
+          Finds jobs whose id or metadata contains the text (letters in any case).
         </p>
       </form>
 
