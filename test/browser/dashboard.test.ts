@@ -49,6 +49,12 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     }, undefined, WAIT);
     // The chart library arrives in its own file, on first use, and draws.
     await page.locator('.chart-canvas canvas').waitFor(WAIT);
+    // Queues per task type come from /metrics where the server has it; otherwise the page says so.
+    if ((await fetch(`${server.base}/metrics`)).status === 200) {
+      await page.locator('[data-testid="queues"] th', { hasText: 'demo.sleep' }).waitFor(WAIT);
+    } else {
+      await page.getByText('This server has no /metrics').waitFor(WAIT);
+    }
     await screenshot(page, 'overview');
     assert.deepEqual(problems, []);
   });
