@@ -21,6 +21,12 @@ export interface Series {
   values: (number | null)[];
 }
 
+/** The last `windowSeconds` up to the latest sample (or now). */
+function xRange(times: number[], windowSeconds: number): { min: number; max: number } {
+  const max = times.length > 0 ? (times[times.length - 1] as number) : Date.now() / 1000;
+  return { min: max - windowSeconds, max };
+}
+
 /** `windowSeconds`: the x axis always spans this much time up to the latest sample, so that a few samples do not stretch over the chart. */
 export function LineChart({
   title,
@@ -44,19 +50,16 @@ export function LineChart({
     const opts: uPlot.Options = {
       width,
       height,
+      // The x range is set explicitly below (setScale): uPlot widens a single sample's range to years.
       scales: {
-        x: {
-          time: true,
-          range: (_u, min, max) => {
-            const end = Number.isFinite(max) ? max : Date.now() / 1000;
-            return [Math.min(Number.isFinite(min) ? min : end, end - windowSeconds), end];
-          },
-        },
-        y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+        x: { time: true, auto: false },
+        y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
+      },
       axes: [{}, { label: 'jobs / min' }],
-      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, points: { show: false } }))],
+      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2 }))],
     };
     plot.current = new UPlot(opts, [times, ...series.map((s) => s.values)] as uPlot.AlignedData, el.current);
+    plot.current.setScale('x', xRange(times, windowSeconds));
     const resize = new ResizeObserver(() => {
       if (el.current && plot.current) plot.current.setSize({ width: Math.max(280, el.current.clientWidth), height });
     });
@@ -69,7 +72,9 @@ export function LineChart({
   }, [UPlot, shape, height, windowSeconds]);
 
   useEffect(() => {
-    plot.current?.setData([times, ...series.map((s) => s.values)] as uPlot.AlignedData);
+    if (!plot.current) return;
+    plot.current.setData([times, ...series.map((s) => s.values)] as uPlot.AlignedData, false);
+    plot.current.setScale('x', xRange(times, windowSeconds));
   });
 
   return (
