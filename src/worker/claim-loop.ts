@@ -74,6 +74,8 @@ export class ClaimLoop {
   private lastClaimAt = 0;
   private idleWaiters: (() => void)[] = [];
   private rateTimer: NodeJS.Timeout | null = null;
+  /** A task type with a concurrency key: its claims read a share of each key's queue. */
+  private readonly keyed: boolean;
   private rateTimerAt = 0;
 
   constructor(private readonly o: ClaimLoopOptions) {
@@ -83,6 +85,7 @@ export class ClaimLoop {
     this.maxInFlight = o.store.capabilities.claimDepth;
     this.ahead = new ClaimAhead(o.concurrency, o.claimAheadMax);
     this.writer = new OutcomeWriter(o);
+    this.keyed = o.claimTypes.some((t) => t.keyConcurrency !== undefined);
   }
 
   /** Asks the loop to claim (coalesced). */
@@ -216,9 +219,10 @@ export class ClaimLoop {
       if (limit > 0) this.ahead.cycleRan(performance.now() - t0);
       this.writer.written(batch, res.applied);
       this.o.stats.claimed += jobs.length;
-      // Jobs claimed mean more may be waiting (a full batch, or a fair share of one tenant's
-      // queue): claim again as soon as slots free up.
-      if (limit > 0 && jobs.length > 0) this.wanted = true;
+      // More may be waiting after a full batch, and after a claim that shared its places (the
+      // store reads only a share of each tenant's or key's queue): claim again as soon as slots
+      // free up.
+      if (limit > 0 && jobs.length > 0 && (jobs.length === limit || this.keyed || spansTenants(jobs))) this.wanted = true;
       if (res.wakeAt !== undefined) this.wakeAt(res.wakeAt);
       this.pumpFailures = 0;
     } catch (err) {
@@ -346,4 +350,11 @@ export class ClaimLoop {
     if (!this.busy) return Promise.resolve();
     return new Promise((r) => this.idleWaiters.push(r));
   }
+}
+
+/** Whether jobs of more than one tenant were claimed together. */
+function spansTenants(jobs: readonly JobRecord[]): boolean {
+  const first = jobs[0]?.tenant;
+  for (const j of jobs) if (j.tenant !== first) return true;
+  return false;
 }

@@ -9,8 +9,8 @@
  *
  * The common case skips the planner: one type without key or rate limit, one tenant with
  * queued jobs, one priority level among them, no tenant cap. That claim is one UPDATE whose
- * sub-select walks the queue index, as before fairness existed, after two index probes (the
- * first queued (tenant, priority), and whether another pair follows it).
+ * sub-select walks the queue index, as before fairness existed, after three index probes (the
+ * first queued (tenant, priority), and whether another level or tenant follows it).
  */
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { type ClaimCandidate, DEFAULT_PRIORITY_AGING_MS, keyOf, PRIORITY_LEVELS, perGroupFetch, planClaim } from '../../core/claim-plan.js';
@@ -88,14 +88,15 @@ export class SqliteClaimOps {
         this.keyedCandidates(t.type, t.keyConcurrency, room, keyRoom, candidates);
         continue;
       }
-      // The first (tenant, priority) queued, and whether any other follows it: two probes.
+      // The first (tenant, priority) queued, and whether any other follows it.
       const head = this.stmt("SELECT tenant, priority FROM jobs WHERE state = 'queued' AND type = ? ORDER BY tenant, priority LIMIT 1").get(t.type) as unknown as
         | [string, number]
         | undefined;
       if (head === undefined) continue;
+      // Two probes, not a row-value comparison: SQLite walks every entry equal to (tenant, priority) for that.
       const alone =
-        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND (tenant, priority) > (?, ?) ORDER BY tenant, priority LIMIT 1").get(t.type, head[0], head[1]) ===
-        undefined;
+        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant = ? AND priority > ? ORDER BY priority LIMIT 1").get(t.type, head[0], head[1]) === undefined &&
+        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant > ? ORDER BY tenant LIMIT 1").get(t.type, head[0]) === undefined;
       if (alone && params.types.length === 1 && !t.rateLimit && capOf(caps, head[0]) === undefined) {
         return { jobs: this.fast(params.workerId, now, t.type, head[0], room), wakeAt };
       }
