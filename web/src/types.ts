@@ -87,8 +87,6 @@ export interface Stats {
   counts: Record<string, number>;
   rates: { submittedPerMinute: number; finishedPerMinute: number };
   durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
-  /** Fields a newer server may add (queues, stalled, zombies): shown when present. */
-  [extra: string]: unknown;
 }
 
 /** `GET /v1/jobs/{id}/attempts` (newer servers): `{items, nextCursor}`, oldest first. */

@@ -55,8 +55,6 @@ export function Overview() {
   const failureRate = ended === 0 ? null : (100 * (c.failed ?? 0)) / ended;
   const backlog = (c.pending ?? 0) + (c.queued ?? 0) + (c.retrying ?? 0);
   const maxCount = Math.max(1, ...JOB_STATES.map((s) => c[s] ?? 0));
-  const stalled = typeof stats.stalled === 'number' ? stats.stalled : null;
-  const zombies = typeof stats.zombies === 'number' ? stats.zombies : null;
 
   return (
     <section aria-labelledby="overview-title">
@@ -69,8 +67,6 @@ export function Overview() {
         <Tile label="Finished / min" value={count(stats.rates.finishedPerMinute)} />
         <Tile label="Failure rate (failed of ended)" value={failureRate === null ? '—' : `${failureRate.toFixed(1)} %`} />
         <Tile label="Dead letters (failed)" value={count(c.failed)} to="#/dead-letters" />
-        {stalled !== null ? <Tile label="Stalled" value={count(stalled)} /> : null}
-        {zombies !== null ? <Tile label="Zombies" value={count(zombies)} /> : null}
       </ul>
 
       <div class="grid-2">
