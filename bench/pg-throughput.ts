@@ -13,7 +13,7 @@
  * Then, on another fresh database, end-to-end latency with an idle worker: one job at a time,
  * submit-call start → handler start (performance.now() in this process), after a warm-up.
  * Longhaul keeps every finished job (full history), as on SQLite; `--retention 0` deletes each
- * job on completion instead (`retention: { succeeded: 0 }`, the sweeper's retention pass), and
+ * job on completion instead (`retention: { succeeded: 0 }`: the worker's write that ends it deletes it), and
  * then (b) is timed, like Graphile Worker's (bench/peers/graphile.ts), until every job finished
  * and was deleted (the jobs table empty); stderr also gives the time until the last one finished.
  *

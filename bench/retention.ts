@@ -10,10 +10,9 @@
  *        processed jobs/s (the finish throughput). Then erase them all with one purge
  *        (`lh.purge({ before })`: the retention batches, 500 jobs per transaction, back to back):
  *        deleted jobs/s (the raw deletion throughput).
- *   zero: the same with `retention: { succeeded: 0 }` (the sweeper deletes each pass, 500 ms
- *        budget per pass of 1 s): processed jobs/s (the claim slowdown is off/zero), and the time
- *        from the start of processing until the jobs table is empty (deletion kept up when that
- *        ends within about one sweep interval after the processing).
+ *   zero: the same with `retention: { succeeded: 0 }` (each job deleted by the worker's write that
+ *        ends it, in the same transaction): processed jobs/s (the claim slowdown is off/zero), and
+ *        the time from the start of processing until the jobs table is empty.
  * Prints one line per measurement and a summary table.
  */
 import { mkdtempSync, rmSync } from 'node:fs';

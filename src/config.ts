@@ -4,6 +4,7 @@
  * that was given (the option or the variable), and so are settings that contradict each other.
  */
 import { parseDuration } from './core/duration.js';
+import { parseTenantQuotas, type TenantQuota, tenantQuotasFromEnv } from './core/quotas.js';
 import { parseRetention, type RetentionInput, type RetentionPolicy, retentionFromEnv } from './core/retention.js';
 
 export interface LonghaulConfig {
@@ -38,6 +39,12 @@ export interface LonghaulConfig {
    * (core/claim-plan.ts). null: strict priority, where a low job can wait forever.
    */
   priorityAgingMs: number | null;
+  /**
+   * Per-tenant quotas (`"*"`: every tenant not listed; core/quotas.ts `quotaFor`). `maxQueued`:
+   * a submission that would take the tenant's backlog past it is refused (429); `maxRunning`:
+   * jobs of the tenant running at once. Empty: no tenant quota.
+   */
+  tenantQuotas: Record<string, TenantQuota>;
 }
 
 /** What callers give: any setting, retention as written (`'7d'`, ms, `'forever'`). */
@@ -60,6 +67,7 @@ export const DEFAULTS: LonghaulConfig = {
   retention: {},
   idempotencyTtlMs: 86_400_000,
   priorityAgingMs: 300_000,
+  tenantQuotas: {},
 };
 
 type Env = Record<string, string | undefined>;
@@ -153,6 +161,8 @@ function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
     retention: { ...retentionFromEnv(env), ...parseRetention(options.retention) },
     idempotencyTtlMs: options.idempotencyTtlMs ?? durationFromEnv(env, 'LONGHAUL_IDEMPOTENCY_TTL') ?? DEFAULTS.idempotencyTtlMs,
     priorityAgingMs: options.priorityAgingMs !== undefined ? checkAging(options.priorityAgingMs) : agingFromEnv(env),
+    // The option, when given, replaces the variable as a whole (quotas are one table, not per-state settings).
+    tenantQuotas: options.tenantQuotas !== undefined ? parseTenantQuotas(options.tenantQuotas) : tenantQuotasFromEnv(env),
   };
 }
 

@@ -25,11 +25,13 @@ export {
   ScheduleDeclaredError,
   ScheduleExistsError,
   ScheduleNotFoundError,
+  TenantQuotaExceededError,
   UnknownTaskError,
   UnstorableValueError,
   WaitTimeoutError,
 } from './core/errors.js';
 export { uuidv7 } from './core/ids.js';
+export { quotaFor, type TenantQuota, type TenantQuotas } from './core/quotas.js';
 export type { ChildrenCounts, JobSnapshot, Priority, ResultFileLink } from './core/job.js';
 export type { JobWait } from './core/workflow.js';
 export type { Progress, ProgressUpdate } from './core/progress.js';

@@ -16,7 +16,23 @@ export interface JobEvents {
   /** A job was accepted (state pending or queued). */
   'job:submitted': { job: JobRecord };
   /** A job changed state, or a flag on it (cancel requested, stalled) changed. */
-  'job:changed': { id: string; tenant: string; type: string; from: JobState; to: JobState; reason: string; parentId?: string };
+  'job:changed': {
+    id: string;
+    tenant: string;
+    type: string;
+    from: JobState;
+    to: JobState;
+    reason: string;
+    parentId?: string;
+    /** The write that ended the job deleted it (retention 0): no row is left to read (see job:deleted). */
+    deleted?: boolean;
+  };
+  /**
+   * A job was deleted by the write that ended it (retention 0), in this process; `job` is the
+   * record it ended with, so that those following it (watchers) still see how it ended. Emitted
+   * just before its job:changed. Not relayed to other processes.
+   */
+  'job:deleted': { job: JobRecord };
   /** A running job reported progress (coalesced: a few per second at most). */
   'job:progress': { id: string; tenant: string; progress: Progress; parentId?: string };
   /** Jobs became claimable in bulk: the sweeper promoted due pending, retrying and waiting jobs, or a handler spawned children. Idle workers wake. */

@@ -30,7 +30,9 @@ export function describeFailure(err: unknown, flags: ClientFlags): string {
     const issues = (err.errors ?? []).map((e) => (e.path ? `${e.path}: ${e.message}` : e.message));
     // The detail often lists the field errors already; add only the ones it does not name.
     const extra = issues.filter((i) => !detail.includes(i));
-    return `${err.status} ${err.code ?? ''}: ${detail}${extra.length ? ` (${extra.join('; ')})` : ''}`.replace(/\s+:/, ':');
+    // Refused for now (429 quota, 503 full or busy): say when the server suggests trying again.
+    const later = err.retryAfterMs !== null && (err.status === 429 || err.status === 503) ? `; try again in ${Math.ceil(err.retryAfterMs / 1000)} s` : '';
+    return `${err.status} ${err.code ?? ''}: ${detail}${extra.length ? ` (${extra.join('; ')})` : ''}${later}`.replace(/\s+:/, ':');
   }
   const url = flags.url ?? process.env.LONGHAUL_URL ?? 'http://127.0.0.1:8080';
   const cause = (err as { cause?: { code?: string; message?: string } })?.cause;

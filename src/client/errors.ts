@@ -98,14 +98,23 @@ export class LonghaulApiError extends Error {
         body = text;
       }
     }
-    return new LonghaulApiError({
-      status: res.status,
-      statusText: res.statusText,
-      method,
-      url,
-      body,
-      retryAfterMs: parseRetryAfter(res.headers.get('retry-after')),
-    });
+    const init = { status: res.status, statusText: res.statusText, method, url, body, retryAfterMs: parseRetryAfter(res.headers.get('retry-after')) };
+    const code = body && typeof body === 'object' ? (body as { code?: unknown }).code : undefined;
+    if (res.status === 429 && code === TenantQuotaExceededApiError.CODE) return new TenantQuotaExceededApiError(init);
+    return new LonghaulApiError(init);
+  }
+}
+
+/**
+ * `429 TENANT_QUOTA_EXCEEDED`: the tenant already has as many jobs waiting as its quota allows
+ * (a batch is refused as a whole). `retryAfterMs` says when to try again; unlike a full queue
+ * (`503 QUEUE_FULL`), only this tenant is refused.
+ */
+export class TenantQuotaExceededApiError extends LonghaulApiError {
+  static readonly CODE = 'TENANT_QUOTA_EXCEEDED';
+  constructor(init: ConstructorParameters<typeof LonghaulApiError>[0]) {
+    super(init);
+    this.name = 'TenantQuotaExceededApiError';
   }
 }
 

@@ -25,5 +25,5 @@ export type {
   WaitOptions,
 } from './options.js';
 export type { BatchJob, BatchOptions, BatchResult, SignalResult } from './requests.js';
-export { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter } from './errors.js';
+export { LonghaulApiError, LonghaulTimeoutError, parseRetryAfter, TenantQuotaExceededApiError } from './errors.js';
 export { parseSse, readSse, type SseComment, type SseEvent, type SseItem, SseParser, type SseRetry } from './sse.js';

@@ -104,8 +104,8 @@ function firstPerGroup(items: Ranked[], group: (r: Ranked) => string | null, roo
  * The ids to claim, in the order their jobs should start. In steps, each one a window over the
  * candidates in queue-place order (PostgreSQL's claim function computes the same with window
  * functions):
- * 1. per concurrency key, the first `keyRoom` candidates stay;
- * 2. per tenant, the first `tenantRoom` stay;
+ * 1. per tenant, the first `tenantRoom` candidates stay;
+ * 2. per concurrency key, the first `keyRoom` stay;
  * 3. the k-th remaining candidate of a tenant gets the load `running + k`;
  * 4. in (load, place, id) order, per type the first `typeRoom` stay, and the first `limit` are taken.
  */
@@ -114,8 +114,9 @@ export function planClaim(input: ClaimPlanInput): string[] {
   if (limit === 0 || input.candidates.length === 0) return [];
   let items: Ranked[] = input.candidates.map((c) => ({ c, place: queuePlace(c.rank, c.runAt, input.agingMs), load: 0 }));
   items.sort(byPlace);
-  items = firstPerGroup(items, (r) => (r.c.key === null ? null : keyOf(r.c.type, r.c.key)), (g) => input.keyRoom.get(g));
+  // Tenants first: a capped tenant's jobs must not hold a key's places that another tenant's could take.
   items = firstPerGroup(items, (r) => r.c.tenant, (g) => input.tenantRoom.get(g));
+  items = firstPerGroup(items, (r) => (r.c.key === null ? null : keyOf(r.c.type, r.c.key)), (g) => input.keyRoom.get(g));
   const taken = new Map<string, number>();
   for (const r of items) {
     const k = (taken.get(r.c.tenant) ?? 0) + 1;

@@ -216,6 +216,31 @@ export class QueueFullError extends LonghaulError {
   }
 }
 
+/**
+ * The tenant's own quota of waiting jobs (`tenantQuotas[tenant].maxQueued`) would be exceeded:
+ * 429 over HTTP, with `Retry-After: retryAfterSeconds` (the tenant's backlog shrinks only as
+ * workers start its jobs, so no exact time is known: a fixed hint, like the 503 of a full queue).
+ * Distinct from QueueFullError, the global limit (503).
+ */
+export class TenantQuotaExceededError extends LonghaulError {
+  readonly retryAfterSeconds = 5;
+  constructor(
+    readonly tenant: string,
+    /** The tenant's jobs pending, queued or retrying when the submission was refused (counted up to the limit). */
+    readonly backlog: number,
+    readonly limit: number,
+    /** How many jobs the refused submission carried (a batch is refused as a whole). */
+    readonly submitted = 1,
+  ) {
+    super(
+      `tenant "${tenant}" is over its quota of waiting jobs: ${backlog} pending, queued or retrying, limit ${limit}` +
+        (submitted > 1 ? `, and the batch adds ${submitted}` : ''),
+      'TENANT_QUOTA_EXCEEDED',
+      429,
+    );
+  }
+}
+
 /** A signal sent to a job that already ended (succeeded, failed, cancelled, expired): it is not stored. */
 export class JobEndedError extends LonghaulError {
   constructor(

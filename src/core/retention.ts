@@ -64,6 +64,16 @@ export function retentionFromEnv(env: Record<string, string | undefined>): Reten
   return out;
 }
 
+/**
+ * Whether a job of a task with `own` retention (its override, if any) that ends in `state` is
+ * deleted on completion (a period of 0), under the instance's `global` policy.
+ */
+export function deletedOnEnd(global: RetentionPolicy, own: RetentionPolicy | undefined, state: JobState): boolean {
+  if (state !== 'succeeded' && state !== 'failed' && state !== 'cancelled') return false;
+  const period = own !== undefined && state in own ? own[state] : global[state];
+  return period === 0;
+}
+
 /** One deletion query of a sweeper pass: jobs in `states` that ended before `finishedBefore`, of `types` only or of any type but `excludeTypes`. */
 export interface RetentionRule {
   states: readonly JobState[];

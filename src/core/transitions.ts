@@ -48,6 +48,35 @@ export interface TransitionParams {
   workerId?: string | null;
   at: number;
   patch?: JobPatch;
+  /**
+   * Retention 0 (delete on completion): the write ends the job and deletes it in the same
+   * transaction, with its progress and signals, when it owns nothing else: no result files
+   * (their blobs must go first, which only the eraser does), no webhook target or deliveries,
+   * no parent and no children. A job that owns any is ended as usual and left to the eraser.
+   */
+  deleteOnEnd?: boolean;
+}
+
+/**
+ * The record a job would read back after `write` applied: the job deleted on its end
+ * (`deleteOnEnd`) has no row to read, and its last snapshot comes from this. The progress is
+ * the one the caller last knew.
+ */
+export function endedRecord(job: JobRecord, write: TransitionParams): JobRecord {
+  const p = write.patch ?? {};
+  return {
+    ...job,
+    state: write.to,
+    updatedAt: Math.max(write.at, job.updatedAt + 1),
+    ...(p.runAt !== undefined ? { runAt: p.runAt } : {}),
+    ...(p.result !== undefined ? { result: p.result } : {}),
+    ...(p.error !== undefined ? { error: p.error } : {}),
+    ...(p.finishedAt !== undefined ? { finishedAt: p.finishedAt } : {}),
+    ...(p.expiresAt !== undefined ? { expiresAt: p.expiresAt } : {}),
+    ...(p.clearCheckpoint ? { checkpoint: null } : {}),
+    ...(p.stalled !== undefined ? { stalled: p.stalled } : {}),
+    workerId: write.workerId ?? job.workerId,
+  };
 }
 
 /** What a builder needs to know of a job. */

@@ -4,6 +4,7 @@
  */
 import { deleteJobResults } from '../blobs/results.js';
 import type { RetentionPolicy } from '../core/retention.js';
+import { runningCaps } from '../core/quotas.js';
 import { Eraser } from '../retention/erase.js';
 import type { Logger } from 'pino';
 import { sweepExpiredUploads } from '../blobs/uploads.js';
@@ -106,6 +107,7 @@ export interface RuntimeContext {
     | 'stallTimeoutMs'
     | 'retention'
     | 'priorityAgingMs'
+    | 'tenantQuotas'
   >;
   readonly webhookConfig: WebhookConfig;
   readonly files: LazyFiles;
@@ -206,12 +208,14 @@ export class Runtime {
       soon.unref?.();
     });
     // Retention 0 (delete on completion): a job that ends in this process is deleted at once,
-    // not at the next sweep. Debounced and coalesced like webhook dispatch: a busy worker's ends
-    // are deleted in batches of many (bench/RESULTS.md).
+    // not at the next sweep. Most are deleted by the worker's own write that ends them; the
+    // others (result files to delete, a webhook, a parent or children; ends written elsewhere:
+    // cancels, timeouts) here, debounced and coalesced like webhook dispatch, in batches of many.
     const offRetain = this.hasZeroRetention()
       ? bus.on('job:changed', (e) => {
           if (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled') return;
-          if (isRelayed(e)) return;
+          // Deleted already by the write that ended it (a worker's outcome: TransitionParams.deleteOnEnd).
+          if (e.deleted || isRelayed(e)) return;
           this.retainSoon();
         })
       : () => {};
@@ -313,8 +317,9 @@ export class Runtime {
       },
       logger,
       defaults: { heartbeatIntervalMs: config.heartbeatIntervalMs, resultTtlMs: config.resultTtlMs },
+      retention: config.retention,
       concurrency: options.concurrency ?? config.concurrency,
-      claimRules: { agingMs: config.priorityAgingMs },
+      claimRules: { agingMs: config.priorityAgingMs, tenantCaps: runningCaps(config.tenantQuotas) },
       ...(options.workerId === undefined ? {} : { workerId: options.workerId }),
       ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
       ...(options.cancelPollMs === undefined ? {} : { cancelPollMs: options.cancelPollMs }),

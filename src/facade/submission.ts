@@ -6,14 +6,15 @@
 import type { JobBus } from '../channel/bus.js';
 import type { LonghaulConfig } from '../config.js';
 import { createHash } from 'node:crypto';
-import { BatchItemError, IdempotencyConflictError, InvalidOptionsError, LonghaulError, QueueFullError } from '../core/errors.js';
+import { BatchItemError, IdempotencyConflictError, InvalidOptionsError, LonghaulError, QueueFullError, TenantQuotaExceededError } from '../core/errors.js';
+import { quotaFor } from '../core/quotas.js';
 import { type JobSnapshot, type Priority, toSnapshot } from '../core/job.js';
 import { MAX_IDEMPOTENCY_KEY } from '../core/limits.js';
 import { BACKLOG_STATES } from '../core/states.js';
 import { cancelNow } from '../core/transitions.js';
 import { applyTransitions, type Planned } from '../transitions/apply.js';
 import { Batcher } from '../store/batcher.js';
-import type { InsertResult, JobQueueStore, NewJob, SqlTransaction, WebhookOutboxStore } from '../store/store.js';
+import type { InsertJobsParams, InsertResult, JobQueueStore, NewJob, SqlTransaction, WebhookOutboxStore } from '../store/store.js';
 import { checkWebhookOption, type WebhookConfig, type WebhookOption } from '../webhooks/service.js';
 import { type PrepareContext, prepare } from './prepare.js';
 
@@ -47,7 +48,7 @@ export interface SubmissionContext extends PrepareContext {
   /** Jobs are inserted; webhook targets are saved beside them. */
   readonly store: JobQueueStore & WebhookOutboxStore;
   readonly bus: JobBus;
-  readonly config: PrepareContext['config'] & Pick<LonghaulConfig, 'maxQueued' | 'idempotencyTtlMs'>;
+  readonly config: PrepareContext['config'] & Pick<LonghaulConfig, 'maxQueued' | 'idempotencyTtlMs' | 'tenantQuotas'>;
   readonly webhookConfig: WebhookConfig;
 }
 
@@ -58,12 +59,21 @@ export class Submission {
   private readonly inserts: Batcher<NewJob, InsertResult>;
 
   constructor(private readonly ctx: SubmissionContext) {
-    const { store, config } = ctx;
-    this.inserts = new Batcher<NewJob, InsertResult>((jobs) =>
-      store.insertJobs(
-        config.maxQueued === undefined ? { jobs, idempotencyTtlMs: config.idempotencyTtlMs } : { jobs, maxBacklog: config.maxQueued, idempotencyTtlMs: config.idempotencyTtlMs },
-      ),
-    );
+    const { store } = ctx;
+    this.inserts = new Batcher<NewJob, InsertResult>((jobs) => store.insertJobs({ jobs, ...this.limits(jobs) }));
+  }
+
+  /** The limits an insert of these jobs keeps: the global backlog, and the quota of each of their tenants that has one. */
+  private limits(jobs: readonly NewJob[]): Pick<InsertJobsParams, 'maxBacklog' | 'idempotencyTtlMs' | 'maxTenantBacklog'> {
+    const { maxQueued, idempotencyTtlMs, tenantQuotas } = this.ctx.config;
+    let maxTenantBacklog: Record<string, number> | undefined;
+    for (const job of jobs) {
+      const limit = quotaFor(tenantQuotas, job.tenant).maxQueued;
+      if (limit === undefined) continue;
+      maxTenantBacklog ??= {};
+      maxTenantBacklog[job.tenant] = limit;
+    }
+    return { idempotencyTtlMs, ...(maxQueued === undefined ? {} : { maxBacklog: maxQueued }), ...(maxTenantBacklog === undefined ? {} : { maxTenantBacklog }) };
   }
 
   /** Submits a job; `replayed` is true when an idempotency key returned an existing job. */
@@ -84,7 +94,7 @@ export class Submission {
   }
 
   private async enqueuePrepared(prepared: NewJob | Promise<NewJob>, options: SubmitOptions): Promise<{ job: JobSnapshot; replayed: boolean }> {
-    const { store, config } = this.ctx;
+    const { store } = this.ctx;
     const job = await prepared;
     const webhook = options.webhook === undefined ? null : await checkWebhookOption(options.webhook, this.ctx.webhookConfig);
     if (options.tx !== undefined && !store.capabilities.transactionalEnqueue) throw new InvalidOptionsError(NEEDS_TRANSACTIONS);
@@ -94,8 +104,7 @@ export class Submission {
     let res: InsertResult;
     try {
       if (options.tx !== undefined) {
-        const maxBacklog = config.maxQueued;
-        res = await store.insertJob({ job, tx: options.tx, idempotencyTtlMs: config.idempotencyTtlMs, ...(maxBacklog === undefined ? {} : { maxBacklog }) });
+        res = await store.insertJob({ job, tx: options.tx, ...this.limits([job]) });
       } else {
         res = await this.inserts.add(job);
       }
@@ -119,6 +128,8 @@ export class Submission {
         throw new IdempotencyConflictError(job.idempotencyKey ?? '');
       case 'full':
         throw new QueueFullError(res.backlog, this.ctx.config.maxQueued ?? 0);
+      case 'tenant-full':
+        throw new TenantQuotaExceededError(res.tenant, res.backlog, res.limit);
     }
   }
 
@@ -178,13 +189,22 @@ export class Submission {
       }
     }
     for (const [i, w] of webhooks.entries()) if (w) await store.saveWebhook({ jobId: (prepared[i] as NewJob).id, ...w });
+    // A tenant's quota applies to the batch as a whole, in its transaction: over it, no job is inserted.
+    const { maxTenantBacklog } = this.limits(prepared);
     const results = await store.insertJobs({
       jobs: prepared,
       idempotencyTtlMs: config.idempotencyTtlMs,
       ...(maxBacklog === undefined ? {} : { maxBacklog }),
+      ...(maxTenantBacklog === undefined ? {} : { maxTenantBacklog, wholeBatch: true }),
       ...(tx === undefined ? {} : { tx }),
     });
     for (const [i, r] of results.entries()) if (webhooks[i] && r.kind !== 'created') await store.deleteWebhook({ jobId: (prepared[i] as NewJob).id });
+    const overQuota = results.find((r) => r.kind === 'tenant-full');
+    if (overQuota) {
+      // Nothing was inserted; the jobs found again by their key need no withdrawal.
+      const refusedJobs = results.filter((r) => r.kind === 'tenant-full' && r.tenant === overQuota.tenant).length;
+      throw new TenantQuotaExceededError(overQuota.tenant, overQuota.backlog, overQuota.limit, refusedJobs);
+    }
     const refused = results.find((r) => r.kind === 'conflict' || r.kind === 'full');
     if (refused) {
       await this.withdraw(results, now);

@@ -4,7 +4,7 @@
  */
 import type { JobBus } from '../channel/bus.js';
 import { JobNotFoundError } from '../core/errors.js';
-import type { JobSnapshot } from '../core/job.js';
+import type { JobRecord, JobSnapshot } from '../core/job.js';
 import { nextInOrder } from '../core/snapshot-order.js';
 import { isTerminal } from '../core/states.js';
 import { type ReadContext, snapshots, type TenantScope } from './reads.js';
@@ -40,7 +40,12 @@ export async function* watchJob(ctx: WatchContext, id: string, options: WatchOpt
   let last: JobSnapshot | null = null;
   // Progress published on the bus is applied to the last snapshot without a store read.
   let pushed: JobSnapshot | null = null;
+  // The record a job ended with when the write that ended it deleted it (retention 0).
+  let deletedAs: JobRecord | null = null;
   const offs = [
+    bus.on('job:deleted', (e) => {
+      if (e.job.id === id && (options.tenant === undefined || e.job.tenant === options.tenant)) deletedAs = e.job;
+    }),
     bus.on('job:changed', (e) => e.id === id && poke()),
     // Relayed events may have been lost while the channel was down: read the store again.
     bus.on('channel:resync', poke),
@@ -65,7 +70,7 @@ export async function* watchJob(ctx: WatchContext, id: string, options: WatchOpt
         if (dirty) {
           dirty = false;
           pushed = null;
-          const job = await ctx.store.getJob({ id, ...scope });
+          const job = (await ctx.store.getJob({ id, ...scope })) ?? deletedAs;
           if (!job) throw new JobNotFoundError(id);
           snap = (await snapshots(ctx, [job]))[0] as JobSnapshot;
         } else {

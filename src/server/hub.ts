@@ -2,7 +2,7 @@
  * Fan-out of job snapshots to stream clients (SSE, WebSocket). A process holds ONE watch per
  * job, however many clients follow it, and one bus listener for all tenant-wide feeds.
  */
-import type { JobSnapshot } from '../core/job.js';
+import { type JobRecord, type JobSnapshot, toSnapshot } from '../core/job.js';
 import type { Longhaul } from '../longhaul.js';
 
 export interface JobListener {
@@ -89,6 +89,8 @@ export class FeedHub {
   private flushScheduled = false;
   private flushing: Promise<void> = Promise.resolve();
   private readonly offs: (() => void)[] = [];
+  /** Jobs deleted by the write that ended them (retention 0), pending delivery: the record they ended with. */
+  private readonly deleted = new Map<string, JobRecord>();
 
   constructor(private readonly lh: Longhaul) {
     const note = (id: string, tenant: string) => {
@@ -107,6 +109,9 @@ export class FeedHub {
       lh.bus.on('job:submitted', ({ job }) => note(job.id, job.tenant)),
       // Submitted through another process (relayed by the events channel).
       lh.bus.on('job:submitted-remote', (e) => note(e.id, e.tenant)),
+      lh.bus.on('job:deleted', ({ job }) => {
+        if (this.listeners.has(job.tenant)) this.deleted.set(job.id, job);
+      }),
       lh.bus.on('job:changed', (e) => note(e.id, e.tenant)),
       lh.bus.on('job:progress', (e) => note(e.id, e.tenant)),
     );
@@ -132,10 +137,13 @@ export class FeedHub {
     const batch = [...this.pending];
     this.pending.clear();
     for (const [id, tenant] of batch) {
+      const ended = this.deleted.get(id);
+      this.deleted.delete(id);
       const set = this.listeners.get(tenant);
       if (!set) continue;
       try {
-        const snap = await this.lh.get(id, { tenant });
+        // A job deleted as it ended (retention 0) is sent as it ended: there is no row to read.
+        const snap = (await this.lh.get(id, { tenant })) ?? (ended ? toSnapshot(ended) : null);
         if (snap) for (const l of [...set]) l(snap);
       } catch {
         // the store is closing; nothing to deliver

@@ -4,7 +4,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { isTransientStoreError } from '../core/store-errors.js';
-import { BatchItemError, InputValidationError, InvalidOptionsError, InvalidScheduleError, LonghaulError, QueueFullError, UnstorableValueError } from '../core/errors.js';
+import { BatchItemError, InputValidationError, InvalidOptionsError, InvalidScheduleError, LonghaulError, QueueFullError, TenantQuotaExceededError, UnstorableValueError } from '../core/errors.js';
 
 export interface FieldError {
   path: string;
@@ -87,6 +87,7 @@ export function toProblem(err: unknown): HttpProblem {
   if (err instanceof InvalidScheduleError) return new HttpProblem(422, err.code, err.message, { errors: err.issues });
   if (err instanceof UnstorableValueError) return new HttpProblem(err.status, err.code, err.message, { errors: [{ path: err.path, message: err.issue }] });
   if (err instanceof QueueFullError) return new HttpProblem(503, err.code, err.message, { retryAfterSeconds: 5 });
+  if (err instanceof TenantQuotaExceededError) return new HttpProblem(429, err.code, err.message, { retryAfterSeconds: err.retryAfterSeconds });
   // Over HTTP a bad option is a bad request field like any other: one code, the field named.
   if (err instanceof InvalidOptionsError) return invalidRequest(err.message, err.field === undefined ? [] : [{ path: err.field, message: err.message }]);
   if (err instanceof LonghaulError) return new HttpProblem(err.status, err.code, err.message);

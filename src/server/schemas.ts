@@ -218,7 +218,7 @@ export const routeSchemas = {
     tags: ['jobs'],
     body: submitBodySchema,
     headers: { type: 'object', properties: { 'idempotency-key': { type: 'string' } } },
-    response: { 200: snapshotRef, 202: snapshotRef, ...errors(400, 401, 413, 415, 422, 503) },
+    response: { 200: snapshotRef, 202: snapshotRef, ...errors(400, 401, 413, 415, 422, 429, 503) },
   },
   batch: {
     summary: 'Submit a batch of jobs: all or none (also POST /v1/jobs with an array body)',
@@ -233,7 +233,7 @@ export const routeSchemas = {
     response: {
       200: { type: 'object', properties: { jobs: { type: 'array', items: snapshotRef } } },
       202: { type: 'object', properties: { jobs: { type: 'array', items: snapshotRef } } },
-      ...errors(400, 401, 413, 415, 422, 503),
+      ...errors(400, 401, 413, 415, 422, 429, 503),
     },
   },
   signal: {

@@ -98,6 +98,15 @@ export interface InsertJobParams {
   job: NewJob;
   /** Refuse (kind 'full') when the tenant-independent backlog (pending+queued+retrying) is at least this. */
   maxBacklog?: number;
+  /**
+   * Per-tenant backlog limits, by tenant (core/quotas.ts): a new job whose tenant already has at
+   * least this many jobs pending, queued or retrying is refused (kind 'tenant-full'). Counted in
+   * the insert's own transaction, serialized per tenant (SQLite: the write lock; PostgreSQL: a
+   * transaction-level advisory lock per tenant), so concurrent submissions never take a tenant
+   * past its limit. Tenants not named have no limit. A job found again by its idempotency key
+   * answers 'existing' (or 'conflict') whatever the limit.
+   */
+  maxTenantBacklog?: Readonly<Record<string, number>>;
   /** Lifetime of idempotency keys: a key held by a job created this long before the new one names a new job (core/retention.ts keyReusable). */
   idempotencyTtlMs?: number;
   /**
@@ -107,13 +116,26 @@ export interface InsertJobParams {
   tx?: SqlTransaction;
 }
 
+export interface InsertJobsParams extends Omit<InsertJobParams, 'job'> {
+  jobs: NewJob[];
+  /**
+   * The tenant limits apply to the jobs as one batch: when the new jobs (those not found again by
+   * their idempotency key) would take a tenant past its limit, none is inserted, and every new
+   * job answers 'tenant-full'. Without it each job is decided on its own, in order (the group
+   * commit of unrelated submissions).
+   */
+  wholeBatch?: boolean;
+}
+
 export type InsertResult =
   | { kind: 'created'; job: JobRecord }
   /** Same idempotency key, same request: the job that already exists. */
   | { kind: 'existing'; job: JobRecord }
   /** Same idempotency key, different request. */
   | { kind: 'conflict'; job: JobRecord }
-  | { kind: 'full'; backlog: number };
+  | { kind: 'full'; backlog: number }
+  /** The tenant's backlog (counted up to the limit) would pass `maxTenantBacklog[tenant]`. */
+  | { kind: 'tenant-full'; tenant: string; backlog: number; limit: number };
 
 export interface GetJobParams {
   id: string;
@@ -164,7 +186,8 @@ export interface ClaimType {
 
 /** Running caps per tenant (`maxRunning` of the tenant quotas): `byTenant` first, else `others`. */
 export interface TenantCaps {
-  byTenant: Readonly<Record<string, number>>;
+  /** Cap per tenant; null: that tenant has none (even when `others` is set). */
+  byTenant: Readonly<Record<string, number | null>>;
   others?: number | undefined;
 }
 
@@ -172,6 +195,8 @@ export interface TenantCaps {
 export interface ClaimCycle {
   applied: boolean[];
   jobs: JobRecord[];
+  /** Per completion: the job was deleted in the same transaction (`deleteOnEnd`, retention 0). Absent: none was. */
+  deleted?: boolean[];
   /**
    * When a rate limit held the claim back: the time (epoch ms) its window has room again, for
    * the worker to claim then. Absent otherwise.
@@ -338,8 +363,8 @@ export interface JobQueueStore {
   readonly capabilities: StoreCapabilities;
 
   insertJob(params: InsertJobParams): Promise<InsertResult>;
-  /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job. */
-  insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number; tx?: SqlTransaction }): Promise<InsertResult[]>;
+  /** Many jobs in one transaction (bulk enqueue); same semantics as insertJob per job, unless `wholeBatch`. */
+  insertJobs(params: InsertJobsParams): Promise<InsertResult[]>;
   getJob(params: GetJobParams): Promise<JobRecord | null>;
   /**
    * Optional fast path for status reads: the snapshot built by the database in the read that
@@ -354,7 +379,12 @@ export interface JobQueueStore {
   claimJobs(params: ClaimParams): Promise<JobRecord[]>;
   /** A worker's cycle in one write: its completions (as `transition`), then a claim (as `claimJobs`). */
   completeAndClaim(params: { complete: TransitionParams[]; claim: ClaimParams }): Promise<ClaimCycle>;
-  /** Compare-and-swap transitions, applied in one write; one boolean per item, in order. */
+  /**
+   * Compare-and-swap transitions, applied in one write; one boolean per item, in order. An item
+   * with `deleteOnEnd` that ends its job deletes it (with its progress and signals) when the job
+   * owns no result files, webhook, parent or children, and counts as applied; otherwise it is
+   * applied as usual.
+   */
   transition(params: { items: TransitionParams[] }): Promise<boolean[]>;
   heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]>;
   /** Read-only: is each lease still held, and is a cancel requested? (cheap cancel polling) */

@@ -15,9 +15,9 @@ export interface Planned {
 }
 
 /** Emits what an applied write announces (for writes a store made as part of a larger call). */
-export function announce(bus: JobBus, job: JobIdentity, write: TransitionParams): void {
+export function announce(bus: JobBus, job: JobIdentity, write: TransitionParams, deleted = false): void {
   for (const e of eventsOf(job, write)) {
-    if (e.name === 'job:changed') bus.emit('job:changed', e.data);
+    if (e.name === 'job:changed') bus.emit('job:changed', deleted ? { ...e.data, deleted: true } : e.data);
     else bus.emit('job:cancel-requested', e.data);
   }
 }

@@ -217,7 +217,7 @@ export class ClaimLoop {
       });
       jobs = res.jobs;
       if (limit > 0) this.ahead.cycleRan(performance.now() - t0);
-      this.writer.written(batch, res.applied);
+      this.writer.written(batch, res.applied, res.deleted);
       this.o.stats.claimed += jobs.length;
       // More may be waiting after a full batch, and after a claim that shared its places (the
       // store reads only a share of each tenant's or key's queue): claim again as soon as slots

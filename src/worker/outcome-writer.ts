@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
-import type { TransitionParams } from '../core/transitions.js';
+import { endedRecord, type TransitionParams } from '../core/transitions.js';
 import { isTransientStoreError } from '../core/store-errors.js';
 import type { JobQueueStore } from '../store/store.js';
 import { announce } from '../transitions/apply.js';
@@ -20,6 +20,17 @@ export function writeOf(a: Active): TransitionParams {
   return (a.outcome as Outcome).write;
 }
 
+/**
+ * The write without `deleteOnEnd`, for the paths that cannot tell which jobs a write deleted
+ * (store.transition): the job keeps its row, for the eraser to delete soon after, so that those
+ * following it read how it ended.
+ */
+function keepingRow(w: TransitionParams): TransitionParams {
+  if (!w.deleteOnEnd) return w;
+  const { deleteOnEnd: _, ...rest } = w;
+  return rest;
+}
+
 export interface OutcomeWriterOptions {
   store: JobQueueStore;
   bus: JobBus;
@@ -31,8 +42,12 @@ export interface OutcomeWriterOptions {
 export class OutcomeWriter {
   constructor(private readonly o: OutcomeWriterOptions) {}
 
-  /** After a store call wrote `batch`: `applied[i]` says whether the i-th write applied. */
-  written(batch: Active[], applied: boolean[]): void {
+  /**
+   * After a store call wrote `batch`: `applied[i]` says whether the i-th write applied, and
+   * `deleted[i]` whether it deleted its job as it ended it (retention 0): then the record it
+   * ended with is announced first (job:deleted), for those following the job.
+   */
+  written(batch: Active[], applied: boolean[], deleted?: boolean[]): void {
     const { stats, bus, log, attempts } = this.o;
     for (let i = 0; i < batch.length; i++) {
       const a = batch[i] as Active;
@@ -40,7 +55,9 @@ export class OutcomeWriter {
       attempts.forget(a.job);
       if (applied[i]) {
         stats[outcome.stat]++;
-        announce(bus, a.job, outcome.write);
+        const gone = deleted?.[i] === true;
+        if (gone) bus.emit('job:deleted', { job: endedRecord(a.job, outcome.write) });
+        announce(bus, a.job, outcome.write, gone);
       } else {
         stats.refused++;
         log.warn({ jobId: a.job.id, to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');
@@ -53,7 +70,8 @@ export class OutcomeWriter {
    * write again later (a passing store error).
    */
   async writeAlone(batch: Active[]): Promise<Active[]> {
-    const results = await writeEachAlone(this.o.store, batch.map(writeOf), this.o.log);
+    const writes = batch.map((a) => keepingRow(writeOf(a)));
+    const results = await writeEachAlone(this.o.store, writes, this.o.log);
     const done: Active[] = [];
     const applied: boolean[] = [];
     const again: Active[] = [];
@@ -63,7 +81,7 @@ export class OutcomeWriter {
         this.o.attempts.forget(a.job);
         return;
       }
-      if (r.params !== writeOf(a)) a.outcome = refusedOutcome(r.params);
+      if (r.params !== writes[i]) a.outcome = refusedOutcome(r.params);
       if (r.kind === 'again') again.push(a);
       else {
         done.push(a);
@@ -78,7 +96,7 @@ export class OutcomeWriter {
   async flush(batch: Active[]): Promise<void> {
     let applied: boolean[];
     try {
-      applied = await this.o.store.transition({ items: batch.map(writeOf) });
+      applied = await this.o.store.transition({ items: batch.map((a) => keepingRow(writeOf(a))) });
     } catch (err) {
       if (isTransientStoreError(err)) throw err;
       this.o.log.error({ err, outcomes: batch.length }, 'the store refused the last outcomes; writing each alone');

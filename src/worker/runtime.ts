@@ -28,6 +28,7 @@ import { sleepLong } from './long-timer.js';
 import type { TaskContext } from '../task-api/define.js';
 import { runSaga } from '../workflow/saga.js';
 import { runStages } from '../workflow/stages.js';
+import { deletedOnEnd, type RetentionPolicy } from '../core/retention.js';
 import { decideOutcome, type HandlerResult, leftoverOutcome, type OutcomeWorker } from './outcome.js';
 
 export type { WorkerFiles, WorkerWorkflows } from './context.js';
@@ -78,6 +79,13 @@ export interface WorkerOptions {
   /** Minimum ms between two progress events of one job on the in-process bus (live streams). Default 50. */
   progressPublishMs?: number;
   clock?: () => number;
+  /**
+   * The instance's retention. A job whose period for the state it ends in is 0 (its task's own,
+   * else this) is deleted by the write that ends it, in the same transaction, when it owns no
+   * result files, webhook, parent or children (TransitionParams.deleteOnEnd); others are left to
+   * the eraser. Absent: no job is deleted so.
+   */
+  retention?: RetentionPolicy;
 }
 
 export interface WorkerStats {
@@ -256,6 +264,7 @@ export class Worker {
       return this.loop.release(active);
     }
     const outcome = decideOutcome(job, task, this.self, result, kind, this.clock());
+    if (this.options.retention && deletedOnEnd(this.options.retention, task.retention, outcome.write.to)) outcome.write = { ...outcome.write, deleteOnEnd: true };
     const f = outcome.failure;
     if (f !== null) logFailedAttempt(this.log, job, f.thrown, f.error, f.next, f.runAt);
     this.loop.settle(active, outcome);

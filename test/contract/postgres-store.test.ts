@@ -19,7 +19,7 @@ import { suspend } from '../../src/core/transitions.js';
 import { emptyWorkflow, NEVER } from '../../src/core/workflow.js';
 import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Longhaul, type OpenOptions } from '../../src/index.js';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
-import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
+import { PostgresStore, tenantBacklogSql } from '../../src/store/postgres/postgres-store.js';
 import { renderMigrations } from '../../src/store/postgres/schema.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import type { SqlTransaction } from '../../src/store/store.js';
@@ -32,6 +32,7 @@ import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
 import { runClaimLimitsContract } from './store-contract/claim-limits.js';
+import { runTenantQuotaContract } from './store-contract/tenant-quota.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
@@ -57,6 +58,7 @@ runWorkflowContract(`postgres (${db.source})`, () => openStore());
 runScheduleContract(`postgres (${db.source})`, () => openStore());
 runRetentionContract(`postgres (${db.source})`, () => openStore());
 runClaimLimitsContract(`postgres (${db.source})`, () => openStore());
+runTenantQuotaContract(`postgres (${db.source})`, () => openStore());
 
 // ---- helpers for the PostgreSQL-specific tests ----
 
@@ -204,6 +206,78 @@ describe('PostgresStore specifics', () => {
       assert.ok(freeClaimed >= 200, `the unlimited type kept being claimed (${freeClaimed})`);
     } finally {
       await Promise.all(stores.map((s) => s.close()));
+    }
+  });
+
+  it('tenant backlog limits hold under concurrent submissions from 4 pools: single jobs and whole batches never overshoot', async () => {
+    const stores = [await openStore()];
+    for (let i = 1; i < 4; i++) stores.push(new PostgresStore({ connectionString: db.url, schema: (stores[0] as PostgresStore).schema, poolSize: 3 }));
+    const [first] = stores as [PostgresStore];
+    const backlog = async (tenant: string) => {
+      const c = await first.countByState({ tenant });
+      return c.pending + c.queued + c.retrying;
+    };
+    try {
+      // 4 pools × 15 single jobs at once (some keyed, as keyed ones take the same transaction path), limit 20.
+      const singles = await Promise.all(
+        stores.flatMap((s, p) =>
+          Array.from({ length: 15 }, (_, i) =>
+            s.insertJob({ job: newJob({ tenant: 'acme', ...(i % 3 === 0 ? { idempotencyKey: `k${p}.${i}`, requestHash: 'h' } : {}) }), maxTenantBacklog: { acme: 20 } }),
+          ),
+        ),
+      );
+      assert.equal(singles.filter((r) => r.kind === 'created').length, 20);
+      assert.equal(singles.filter((r) => r.kind === 'tenant-full').length, 40);
+      assert.equal(await backlog('acme'), 20);
+      // 4 pools × 3 batches of 5 at once, limit 22: whole batches only, so 20 jobs, never 22 or more.
+      const batches = await Promise.all(
+        stores.flatMap((s) =>
+          Array.from({ length: 3 }, () => s.insertJobs({ jobs: Array.from({ length: 5 }, () => newJob({ tenant: 'beta' })), maxTenantBacklog: { beta: 22 }, wholeBatch: true })),
+        ),
+      );
+      const kinds = batches.map((b) => [...new Set(b.map((r) => r.kind))].join());
+      assert.equal(kinds.filter((k) => k === 'created').length, 4, kinds.join(' | '));
+      assert.equal(kinds.filter((k) => k === 'tenant-full').length, 8, kinds.join(' | '));
+      assert.equal(await backlog('beta'), 20);
+    } finally {
+      await Promise.all(stores.map((s) => s.close()));
+    }
+  });
+
+  it("a tenant's backlog is counted through the partial index jobs_tenant_backlog, stopping at the limit", async () => {
+    const store = await openStore();
+    try {
+      // Many ended jobs and other tenants' jobs, a few waiting ones of the tenant counted.
+      for (let i = 0; i < 4; i++) {
+        await store.insertJobs({ jobs: Array.from({ length: 1000 }, (_, k) => newJob({ tenant: k % 10 === 0 ? 'acme' : `t${k % 7}`, type: 'old' })) });
+      }
+      await admin(async (c) => {
+        await c.query(`UPDATE "${store.schema}".jobs SET state = 'succeeded', finished_at = 1 WHERE type = 'old' AND tenant <> 'acme'`);
+        await c.query(`ANALYZE "${store.schema}".jobs`);
+        const res = await c.query(`EXPLAIN ${tenantBacklogSql(`"${store.schema}"`)}`, [['acme'], [50]]);
+        const plan = res.rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
+        assert.match(plan, /(Index (Only )?Scan using|Bitmap Index Scan on) jobs_tenant_backlog\b/, plan);
+        assert.match(plan, /Limit/, plan);
+      });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('tenant quotas refuse a caller transaction that is not READ COMMITTED (its count would miss concurrent submissions)', async () => {
+    const store = await openStore();
+    try {
+      await admin(async (c) => {
+        await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+        await assert.rejects(store.insertJob({ job: newJob(), tx: c, maxTenantBacklog: { acme: 5 } }), (err: Error) => err instanceof InvalidOptionsError && /READ COMMITTED/.test(err.message));
+        await c.query('ROLLBACK');
+        await c.query('BEGIN');
+        assert.equal((await store.insertJob({ job: newJob(), tx: c, maxTenantBacklog: { acme: 5 } })).kind, 'created');
+        await c.query('COMMIT');
+      });
+      assert.equal((await store.countByState({ tenant: 'acme' })).queued, 1);
+    } finally {
+      await store.close();
     }
   });
 

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
 import { OPEN_CHILD_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
-import { PENDING_WEBHOOKS_SQL, SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
+import { PENDING_WEBHOOKS_SQL, SqliteStore, TENANT_BACKLOG_SQL } from '../../src/store/sqlite/sqlite-store.js';
 import { newJob } from './store-contract/fixtures.js';
 import { runJobQueueContract } from './store-contract/job-queue.js';
 import { runResultFileContract } from './store-contract/result-files.js';
@@ -19,6 +19,7 @@ import { runWebhookOutboxContract } from './store-contract/webhook-outbox.js';
 import { runScheduleContract } from './store-contract/schedules.js';
 import { runRetentionContract } from './store-contract/retention.js';
 import { runClaimLimitsContract } from './store-contract/claim-limits.js';
+import { runTenantQuotaContract } from './store-contract/tenant-quota.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 
 const dirs: string[] = [];
@@ -46,6 +47,7 @@ runWorkflowContract('sqlite (file)', () => openStore());
 runScheduleContract('sqlite (file)', () => openStore());
 runRetentionContract('sqlite (file)', () => openStore());
 runClaimLimitsContract('sqlite (file)', () => openStore());
+runTenantQuotaContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];
@@ -205,6 +207,11 @@ describe('SqliteStore specifics', () => {
     const plan = (s.db.prepare(`EXPLAIN QUERY PLAN ${PENDING_WEBHOOKS_SQL}`).all(100) as { detail: string }[]).map((r) => r.detail);
     const outer = plan.find((d) => /^(SCAN|SEARCH) /.test(d));
     assert.match(outer ?? '', /^(SCAN|SEARCH) w\b/, plan.join(' | '));
+  });
+  it("a tenant's backlog is counted through the partial index jobs_tenant_backlog", async () => {
+    const s = await track(openStore());
+    const plan = (s.db.prepare(`EXPLAIN QUERY PLAN ${TENANT_BACKLOG_SQL}`).all('acme', 10) as { detail: string }[]).map((r) => r.detail).join(' | ');
+    assert.match(plan, /USING (COVERING )?INDEX jobs_tenant_backlog/, plan);
   });
   it('workflow reads are index probes: an open child of a parent, stranded parents, due waiting jobs', async () => {
     const s = await track(openStore());

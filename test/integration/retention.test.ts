@@ -14,7 +14,9 @@ import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { FatalError } from '../../src/core/errors.js';
+import type { JobSnapshot } from '../../src/core/job.js';
 import { Longhaul, type OpenOptions } from '../../src/longhaul.js';
+import { FeedHub } from '../../src/server/hub.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { Store } from '../../src/store/store.js';
@@ -69,7 +71,18 @@ const tasks = [
   defineTask({ type: 't.idle', async run() {
     return 1;
   } }),
+  defineTask({
+    type: 't.gated',
+    async run(input: { gate: string }, ctx) {
+      ctx.progress({ percent: 40, message: 'waiting for the gate' });
+      await new Promise<void>((resolve) => gates.set(input.gate, resolve));
+      return { done: input.gate };
+    },
+  }),
 ];
+
+/** Handlers of t.gated waiting to be let go, by gate name. */
+const gates = new Map<string, () => void>();
 
 interface Backend {
   name: string;
@@ -191,6 +204,57 @@ for (const backend of backends) {
         assert.equal(left.jobs, 0);
         assert.equal(left.files, 0);
         assert.equal(left.job_results, 0);
+      } finally {
+        await lh.close();
+      }
+    });
+
+    it("retention 0: the worker's own write deletes the job with every row it owns; a watcher still gets its last snapshot; files are left to the eraser", async () => {
+      // No sweeper, no on-completion pass: only the worker's write can delete.
+      const { lh, store, counts } = await openInstance({ retention: { succeeded: 0 } });
+      try {
+        await lh.startWorker({ sweeper: false, progressIntervalMs: 10 });
+        const feed = new FeedHub(lh);
+        const seen: JobSnapshot[] = [];
+        feed.subscribe('default', (f) => seen.push(f));
+        const gate = `g-${Date.now()}`;
+        const job = await lh.submit('t.gated', { gate }, { runAt: new Date(Date.now() + 60_000) });
+        assert.equal((await store.sendSignal({ id: job.id, name: 'nudge', payload: 1, at: Date.now() })).kind, 'accepted');
+        await store.promoteDue({ now: Date.now() + 120_000, limit: 100 });
+        const deadline = Date.now() + 10_000;
+        while (!gates.has(gate) || (await counts()).job_progress === 0) {
+          assert.ok(Date.now() < deadline, 'the job did not start and report progress');
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        const before = await counts();
+        assert.deepEqual(before, { jobs: 1, job_progress: 1, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 1, files: 0 });
+        const last = lh.wait(job.id);
+        (gates.get(gate) as () => void)();
+        const end = await last;
+        assert.equal(end.status, 'succeeded');
+        assert.deepEqual(end.result, { done: gate });
+        // The tenant-wide feed (GET /v1/events) sent its end too.
+        const fed = () => seen.find((f) => f.id === job.id && f.status === 'succeeded');
+        for (const until = Date.now() + 5_000; !fed(); ) {
+          assert.ok(Date.now() < until, 'the feed did not send the end of the deleted job');
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        assert.deepEqual(fed()?.result, { done: gate });
+        feed.close();
+        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, files: 0 });
+        assert.equal(await lh.get(job.id), null);
+        // A job with result files ends as usual: its files can only go through the eraser (blobs first).
+        const withFiles = await lh.submit('t.files', {});
+        const ended = await settled(lh, withFiles.id, 10_000);
+        assert.equal(ended.status, 'succeeded');
+        const kept = await counts();
+        assert.equal(kept.jobs, 1);
+        assert.equal(kept.job_results, 2);
+        assert.equal(kept.files, 2);
+        const sweeper = lh.startSweeper();
+        await sweeper.stop();
+        assert.equal((await sweeper.sweep()).deleted, 1);
+        assert.deepEqual(await counts(), { jobs: 0, job_progress: 0, job_results: 0, job_webhooks: 0, webhook_deliveries: 0, job_signals: 0, files: 0 });
       } finally {
         await lh.close();
       }

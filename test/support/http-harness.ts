@@ -12,7 +12,7 @@ import pino from 'pino';
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { FatalError, RetryableError } from '../../src/core/errors.js';
 import type { JobSnapshot } from '../../src/core/job.js';
-import { Longhaul, type WorkerHandle } from '../../src/longhaul.js';
+import { Longhaul, type OpenOptions, type WorkerHandle } from '../../src/longhaul.js';
 import { buildServer } from '../../src/server/app.js';
 import { parseApiKeys } from '../../src/server/auth.js';
 import { defineTask } from '../../src/task-api/define.js';
@@ -130,6 +130,8 @@ export interface HarnessOptions {
   apiKeys?: string | null;
   maxBodyBytes?: number;
   maxQueued?: number;
+  /** Per-tenant quotas (OpenOptions.tenantQuotas). */
+  tenantQuotas?: OpenOptions['tenantQuotas'];
   keepaliveMs?: number;
   /** Start a worker (and the sweeper). Default true. */
   worker?: boolean;
@@ -157,6 +159,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     logger: pino({ level: 'silent' }),
     sweepIntervalMs: 50,
     ...(options.maxQueued === undefined ? {} : { maxQueued: options.maxQueued }),
+    ...(options.tenantQuotas === undefined ? {} : { tenantQuotas: options.tenantQuotas }),
   });
   const worker = options.worker === false ? null : await lh.startWorker({ concurrency: 64, pollIntervalMs: 20, cancelPollMs: 50, progressIntervalMs: 50 });
   const app = await buildServer({

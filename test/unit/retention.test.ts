@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { keyReusable, parseRetention, retentionFromEnv, retentionRules } from '../../src/core/retention.js';
+import { deletedOnEnd, keyReusable, parseRetention, retentionFromEnv, retentionRules } from '../../src/core/retention.js';
 
 const NOW = 1_700_000_000_000;
 const DAY = 86_400_000;
@@ -50,6 +50,19 @@ describe('retention rules', () => {
     ]);
     // With no global period, only the tasks that set one are deleted.
     assert.deepEqual(retentionRules({}, new Map([['fast', { failed: DAY }]]), NOW), [{ states: ['failed'], finishedBefore: NOW - DAY, types: ['fast'] }]);
+  });
+});
+
+describe('deleted on completion (deletedOnEnd)', () => {
+  it('is a period of 0 for the state the job ends in: the task’s own, else the instance’s; never for open states', () => {
+    assert.equal(deletedOnEnd({ succeeded: 0 }, undefined, 'succeeded'), true);
+    assert.equal(deletedOnEnd({ succeeded: 0 }, undefined, 'failed'), false);
+    assert.equal(deletedOnEnd({ succeeded: 0 }, { succeeded: null }, 'succeeded'), false, 'the task keeps forever');
+    assert.equal(deletedOnEnd({ succeeded: 0 }, { succeeded: 60_000 }, 'succeeded'), false);
+    assert.equal(deletedOnEnd({}, { cancelled: 0 }, 'cancelled'), true);
+    assert.equal(deletedOnEnd({ failed: 0 }, { succeeded: 5 }, 'failed'), true, 'a task without its own failed period follows the instance');
+    assert.equal(deletedOnEnd({ succeeded: 0, failed: 0, cancelled: 0 }, undefined, 'retrying'), false);
+    assert.equal(deletedOnEnd({ succeeded: 0 }, undefined, 'expired'), false);
   });
 });
 

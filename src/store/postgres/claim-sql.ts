@@ -165,7 +165,8 @@ const CLAIM_FUNCTION = `
             SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
             WHERE j.state = 'queued' AND j.ckey IS NOT NULL AND j.type = p_types[v_i] AND j.ckey = v_group
             ORDER BY j.priority, j.run_at, j.id
-            LIMIT least(p_key_limits[v_i] - v_count, v_fetch)
+            -- With tenant caps, a key's first jobs may be a capped tenant's: read past them.
+            LIMIT CASE WHEN cardinality(p_cap_tenants) > 0 OR p_cap_others IS NOT NULL THEN v_fetch ELSE least(p_key_limits[v_i] - v_count, v_fetch) END
             FOR UPDATE SKIP LOCKED);
         END LOOP;
         CONTINUE;
@@ -219,16 +220,18 @@ const CLAIM_FUNCTION = `
           SELECT l.*, row_number() OVER (PARTITION BY l.type ORDER BY l.load, l.place, l.id) AS ry FROM (
             SELECT t.*, coalesce(run.n, 0) + row_number() OVER (PARTITION BY t.tenant ORDER BY t.place, t.id) AS load FROM (
               SELECT k.* FROM (
-                SELECT k.*, row_number() OVER (PARTITION BY k.tenant ORDER BY k.place, k.id) AS rt FROM (
-                  SELECT c.*, row_number() OVER (PARTITION BY c.type, c.ckey ORDER BY c.place, c.id) AS rk FROM (
-                    SELECT c.id, c.type, c.tenant, c.ckey, c.run_at + c.rank * v_step AS place FROM unnest(v_cands) c
+                SELECT k.*, row_number() OVER (PARTITION BY k.type, k.ckey ORDER BY k.place, k.id) AS rk FROM (
+                  SELECT c.* FROM (
+                    SELECT c.*, row_number() OVER (PARTITION BY c.tenant ORDER BY c.place, c.id) AS rt FROM (
+                      SELECT c.id, c.type, c.tenant, c.ckey, c.run_at + c.rank * v_step AS place FROM unnest(v_cands) c
+                    ) c
                   ) c
+                  LEFT JOIN unnest(v_ttenants, v_trooms) AS tr(tenant, room) ON tr.tenant = c.tenant
+                  WHERE tr.room IS NULL OR c.rt <= tr.room
                 ) k
-                LEFT JOIN unnest(v_ktypes, v_kkeys, v_krooms) AS kr(type, ckey, room) ON kr.type = k.type AND kr.ckey = k.ckey
-                WHERE k.ckey IS NULL OR kr.room IS NULL OR k.rk <= kr.room
               ) k
-              LEFT JOIN unnest(v_ttenants, v_trooms) AS tr(tenant, room) ON tr.tenant = k.tenant
-              WHERE tr.room IS NULL OR k.rt <= tr.room
+              LEFT JOIN unnest(v_ktypes, v_kkeys, v_krooms) AS kr(type, ckey, room) ON kr.type = k.type AND kr.ckey = k.ckey
+              WHERE k.ckey IS NULL OR kr.room IS NULL OR k.rk <= kr.room
             ) t
             LEFT JOIN (
               SELECT j.tenant, count(*) AS n FROM {s}.jobs j

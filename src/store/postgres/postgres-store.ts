@@ -37,6 +37,7 @@ import {
   type HeartbeatResult,
   insertedRecord,
   type InsertJobParams,
+  type InsertJobsParams,
   type InsertResult,
   type JobPage,
   type LeaseRef,
@@ -62,6 +63,7 @@ import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
 import { PgRetentionOps } from './retention-ops.js';
 import { keyReusable } from '../../core/retention.js';
+import { batchRefusal, countCap, limitOf, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
@@ -87,7 +89,23 @@ export interface PostgresStoreOptions {
 }
 
 type Client = pg.ClientBase;
+
+/** An ordinal apply_transitions answered: applied, and deleted with it when negative (`deleteOnEnd`). */
+function markApplied(ordinal: number, applied: boolean[], deleted?: boolean[]): void {
+  const i = Math.abs(ordinal) - 1;
+  applied[i] = true;
+  if (ordinal < 0 && deleted) deleted[i] = true;
+}
+
+/** The backlogs (pending, queued, retrying) of tenants $1, each counted up to its cap in $2: rows (tenant, count). */
+export function tenantBacklogSql(s: string): string {
+  return `SELECT t.tenant, (SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs j
+      WHERE j.tenant = t.tenant AND j.state IN ${BACKLOG_STATES_SQL} LIMIT t.cap) b)
+    FROM unnest($1::text[], $2::integer[]) AS t(tenant, cap)`;
+}
 type Queryable = Pick<pg.ClientBase, 'query'>;
+/** The limits an insert keeps (InsertJobParams); none for the jobs a job spawns. */
+type InsertLimits = Pick<InsertJobsParams, 'maxBacklog' | 'idempotencyTtlMs' | 'maxTenantBacklog' | 'wholeBatch'>;
 
 const DEFAULT_POOL_SIZE = 10;
 const BACKLOG_STATES_SQL = "('pending', 'queued', 'retrying')";
@@ -172,10 +190,11 @@ function claimTypes(types: ClaimParams['types']): {
 }
 
 /** Tenant caps as the claim function takes them: names and caps in parallel, and the cap of the others. */
-function capArrays(caps: TenantCaps | undefined): [string[], number[], number | null] {
+function capArrays(caps: TenantCaps | undefined): [string[], (number | null)[], number | null] {
   if (!caps) return [[], [], null];
   const names = Object.keys(caps.byTenant).sort();
-  return [names, names.map((n) => Math.floor(caps.byTenant[n] as number)), caps.others === undefined ? null : Math.floor(caps.others)];
+  const cap = (n: number | null | undefined) => (n === null || n === undefined ? null : Math.floor(n));
+  return [names, names.map((n) => cap(caps.byTenant[n])), cap(caps.others)];
 }
 
 function leaseKey(id: string, lease: number): string {
@@ -227,7 +246,7 @@ export class PostgresStore implements Store {
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
     const host = { pool: this.pool, s: this.s, inTransaction: this.inTransaction.bind(this) };
-    this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, undefined, client) });
+    this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, {}, client) });
     this.schedules = new PgScheduleOps(this.pool, this.s);
     this.retention = new PgRetentionOps(this.pool, this.s);
     this.capabilities = {
@@ -270,6 +289,12 @@ export class PostgresStore implements Store {
       byKeys: `SELECT ${JOB_SELECT}, j.request_hash ${from}
         WHERE (j.tenant, j.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
       backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
+      // Locks first, counts in a statement of their own: under READ COMMITTED a statement's
+      // snapshot is taken when it starts, so a count made in the statement that waited for a
+      // lock would miss the jobs the lock's previous holder committed.
+      lockTenants: `SELECT count(pg_advisory_xact_lock(hashtext('${this.schema}:tenant-backlog'), hashtext(t))), current_setting('transaction_isolation')
+        FROM unnest($1::text[]) AS t`,
+      tenantBacklog: tenantBacklogSql(s),
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
       cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
@@ -396,21 +421,21 @@ export class PostgresStore implements Store {
 
   async insertJob(params: InsertJobParams): Promise<InsertResult> {
     const client = params.tx === undefined ? undefined : transactionClient(params.tx);
-    const [result] = await this.insertMany([params.job], params.maxBacklog, client, params.idempotencyTtlMs);
+    const [result] = await this.insertMany([params.job], params, client);
     return result as InsertResult;
   }
 
-  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number; tx?: SqlTransaction }): Promise<InsertResult[]> {
+  async insertJobs(params: InsertJobsParams): Promise<InsertResult[]> {
     const client = params.tx === undefined ? undefined : transactionClient(params.tx);
     if (params.jobs.length === 0) return [];
-    return this.insertMany(params.jobs, params.maxBacklog, client, params.idempotencyTtlMs);
+    return this.insertMany(params.jobs, params, client);
   }
 
-  private async insertMany(jobs: NewJob[], maxBacklog: number | undefined, client: Client | undefined, idempotencyTtlMs?: number): Promise<InsertResult[]> {
-    if (jobs.some((j) => j.idempotencyKey !== null)) {
-      return client
-        ? this.insertKeyed(jobs, maxBacklog, client, idempotencyTtlMs)
-        : this.inTransaction((c) => this.insertKeyed(jobs, maxBacklog, c, idempotencyTtlMs));
+  private async insertMany(jobs: NewJob[], limits: InsertLimits, client: Client | undefined): Promise<InsertResult[]> {
+    const { maxBacklog } = limits;
+    // Keys to look up, or tenant limits to count under a lock: a transaction of a few statements.
+    if (limits.maxTenantBacklog !== undefined || jobs.some((j) => j.idempotencyKey !== null)) {
+      return client ? this.insertKeyed(jobs, limits, client) : this.inTransaction((c) => this.insertKeyed(jobs, limits, c));
     }
     // No idempotency keys: one statement inserts the jobs that fit under the backlog limit.
     const json = JSON.stringify(jobs.map((j, i) => jobJson(j, i + 1)));
@@ -422,12 +447,35 @@ export class PostgresStore implements Store {
   }
 
   /**
+   * The stored backlogs of the limited tenants among `jobs`, each counted up to its limit after
+   * taking a transaction-level advisory lock on the tenant (in a fixed order: no deadlock between
+   * two batches). A concurrent insert for the same tenant waits for this transaction to end, and
+   * its own count (a new statement: a new snapshot under READ COMMITTED) then sees these jobs.
+   */
+  private async countTenants(jobs: NewJob[], room: TenantRoom, client: Client): Promise<Map<string, number>> {
+    const tenants = [...new Set(jobs.map((j) => j.tenant))].filter((t) => limitOf(room, t) !== undefined).sort();
+    const counts = new Map<string, number>();
+    if (tenants.length === 0) return counts;
+    const caps = tenants.map((t) => countCap(limitOf(room, t) as number));
+    const [locked] = await this.rows('lock_tenants', this.sql.lockTenants, [tenants], client);
+    // A snapshot per transaction (a caller's REPEATABLE READ or SERIALIZABLE tx) would count
+    // without the jobs committed while the lock was awaited: the limit could be passed.
+    if (locked?.[1] !== 'read committed') {
+      throw new InvalidOptionsError(`tenant quotas need the transaction at READ COMMITTED isolation (it is ${String(locked?.[1])}): its count of the tenant's jobs would miss concurrent submissions`, 'tx');
+    }
+    const rows = await this.rows('tenant_backlog', this.sql.tenantBacklog, [tenants, caps], client);
+    for (const r of rows) counts.set(r[0] as string, Number(r[1]));
+    return counts;
+  }
+
+  /**
    * Jobs with idempotency keys, inside a transaction (ours or the caller's): keys already
    * stored answer existing/conflict, the rest is inserted in one statement, and a key that a
    * concurrent transaction inserted first (ON CONFLICT DO NOTHING) is read back and answered
    * as existing/conflict too.
    */
-  private async insertKeyed(jobs: NewJob[], maxBacklog: number | undefined, client: Client, idempotencyTtlMs?: number): Promise<InsertResult[]> {
+  private async insertKeyed(jobs: NewJob[], limits: InsertLimits, client: Client): Promise<InsertResult[]> {
+    const { maxBacklog, idempotencyTtlMs } = limits;
     const keyOf = (tenant: string, key: string) => `${tenant}\u0000${key}`;
     const keyed = jobs.filter((j) => j.idempotencyKey !== null);
     const readKeys = async (list: NewJob[]) => {
@@ -459,6 +507,8 @@ export class PostgresStore implements Store {
       const [row] = await this.rows('backlog', this.sql.backlog, [Math.max(0, Math.floor(maxBacklog))], client);
       backlog = Number(row?.[0] ?? 0);
     }
+    const room = tenantRoom(limits.maxTenantBacklog);
+    const tenantBacklogs = room ? await this.countTenants(jobs, room, client) : null;
     const results: (InsertResult | null)[] = jobs.map(() => null);
     const planned = new Set<string>(); // keys of the jobs planned for insert
     const duplicates: number[] = []; // jobs whose key an earlier job of the batch is inserting
@@ -484,10 +534,17 @@ export class PostgresStore implements Store {
         results[i] = { kind: 'full', backlog: maxBacklog };
         return;
       }
+      const refused = room ? takeRoom(room, job.tenant, (t) => tenantBacklogs?.get(t) ?? 0) : null;
+      if (refused) {
+        results[i] = refused;
+        return;
+      }
       backlog++;
       toInsert.push(i);
       if (k !== null) planned.add(k);
     });
+    const refusal = room && limits.wholeBatch ? batchRefusal(results, room) : null;
+    if (refusal) return refuseBatch(results, refusal);
     // Who owns each planned key once the insert is done: our job, or a concurrent winner's.
     const owners = new Map<string, { job: JobRecord; hash: string | null }>();
     if (toInsert.length > 0) {
@@ -615,9 +672,10 @@ export class PostgresStore implements Store {
 
   private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<ClaimCycle> {
     const applied = complete.map(() => false);
+    const deleted = complete.map(() => false);
     const { json, rounds } = encodeTransitions(complete);
     const limit = claim.types.length > 0 ? Math.max(0, Math.floor(claim.limit)) : 0;
-    if (rounds === 0 && limit === 0) return { applied, jobs: [] };
+    if (rounds === 0 && limit === 0) return { applied, jobs: [], deleted };
     const { names, limits, keyLimits, rateMax, ratePer } = claimTypes(claim.types);
     const [capTenants, caps, capOthers] = capArrays(claim.tenantCaps);
     const aging = claim.agingMs === undefined ? DEFAULT_PRIORITY_AGING_MS : claim.agingMs;
@@ -640,11 +698,11 @@ export class PostgresStore implements Store {
     const jobs: JobRecord[] = [];
     let wakeAt: number | undefined;
     for (const r of rows) {
-      if (r[0] !== null) applied[Number(r[0]) - 1] = true;
+      if (r[0] !== null) markApplied(Number(r[0]), applied, deleted);
       else if (r[1] === null) wakeAt = Number(r[r.length - 1]);
       else jobs.push(rowToJob(r, 1));
     }
-    return wakeAt === undefined ? { applied, jobs } : { applied, jobs, wakeAt };
+    return wakeAt === undefined ? { applied, jobs, deleted } : { applied, jobs, deleted, wakeAt };
   }
 
   async transition(params: { items: TransitionParams[] }): Promise<boolean[]> {
@@ -653,7 +711,7 @@ export class PostgresStore implements Store {
     const { json, rounds } = encodeTransitions(params.items);
     if (rounds === 0) return applied;
     const [row] = await this.rows('apply', this.sql.apply, [json, rounds]);
-    for (const o of (row?.[0] as number[] | null) ?? []) applied[o - 1] = true;
+    for (const o of (row?.[0] as number[] | null) ?? []) markApplied(o, applied);
     return applied;
   }
 

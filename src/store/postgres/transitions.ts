@@ -40,6 +40,8 @@ export function encodeTransitions(items: readonly TransitionParams[]): { json: s
       at: p.at,
     };
     if (p.lease !== undefined) e.l = p.lease;
+    // Retention 0: apply_transitions deletes the job when it may, and answers the ordinal negated.
+    if (p.deleteOnEnd) e.d = true;
     if (p.cancelRequested !== undefined) e.q = p.cancelRequested;
     let m = 0;
     if (patch.runAt !== undefined) {

@@ -51,7 +51,8 @@ export class PgWorkflowOps {
     const { json, rounds } = encodeTransitions(items);
     if (rounds === 0) return new Set();
     const [row] = await rows(client, this.sql.apply, [json, rounds]);
-    return new Set(((row?.[0] as number[] | null) ?? []).map((o) => (items[o - 1] as TransitionParams).id));
+    // A negative ordinal: applied by deleting the job (deleteOnEnd).
+    return new Set(((row?.[0] as number[] | null) ?? []).map((o) => (items[Math.abs(o) - 1] as TransitionParams).id));
   }
 
   async suspend(params: SuspendParams): Promise<SuspendResult> {

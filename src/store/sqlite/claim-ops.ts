@@ -85,7 +85,7 @@ export class SqliteClaimOps {
       if (room <= 0) continue;
       typeRoom.set(t.type, room);
       if (t.keyConcurrency !== undefined) {
-        this.keyedCandidates(t.type, t.keyConcurrency, room, keyRoom, candidates);
+        this.keyedCandidates(t.type, t.keyConcurrency, room, caps !== undefined, keyRoom, candidates);
         continue;
       }
       // The first (tenant, priority) queued, and whether any other follows it.
@@ -196,8 +196,8 @@ export class SqliteClaimOps {
     }
   }
 
-  /** For a type with a per-key limit: each queued key's first jobs, as many as its room allows. */
-  private keyedCandidates(type: string, limit: number, room: number, keyRoom: Map<string, number>, out: ClaimCandidate[]): void {
+  /** For a type with a per-key limit: each queued key's first jobs, as many as its room allows (more under tenant caps). */
+  private keyedCandidates(type: string, limit: number, room: number, capped: boolean, keyRoom: Map<string, number>, out: ClaimCandidate[]): void {
     const running = this.stmt("SELECT count(*) FROM jobs WHERE state = 'running' AND ckey IS NOT NULL AND type = ? AND ckey = ?");
     const keys = this.groups('key', type);
     const fetch = perGroupFetch(room, keys.length);
@@ -205,7 +205,8 @@ export class SqliteClaimOps {
       const free = limit - (running.get(type, key) as unknown as [number])[0];
       if (free <= 0) continue;
       keyRoom.set(keyOf(type, key), free);
-      const take = Math.min(free, fetch);
+      // With tenant caps, a key's first jobs may be a capped tenant's: read past them.
+      const take = capped ? fetch : Math.min(free, fetch);
       const st = this.stmt(
         `SELECT id, tenant, priority, run_at, ckey FROM jobs WHERE state = 'queued' AND ckey IS NOT NULL AND type = ? AND ckey = ? ORDER BY priority, run_at, id LIMIT ${take}`,
       );
@@ -249,5 +250,5 @@ function candidate(type: string, r: CandidateRow): ClaimCandidate {
 
 function capOf(caps: TenantCaps | undefined, tenant: string): number | undefined {
   if (!caps) return undefined;
-  return Object.hasOwn(caps.byTenant, tenant) ? caps.byTenant[tenant] : caps.others;
+  return Object.hasOwn(caps.byTenant, tenant) ? (caps.byTenant[tenant] ?? undefined) : caps.others;
 }

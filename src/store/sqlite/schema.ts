@@ -170,4 +170,9 @@ export const MIGRATIONS: readonly string[] = [
   CREATE TABLE rate_starts (type TEXT NOT NULL, at INTEGER NOT NULL);
   CREATE INDEX rate_starts_type ON rate_starts (type, at);
   `,
+  // 7: tenant quotas: a tenant's backlog (pending, queued, retrying) counted at submission, up to
+  // its maxQueued (the count stops at the limit, so it costs O(limit) whatever the table holds).
+  `
+  CREATE INDEX jobs_tenant_backlog ON jobs (tenant) WHERE state IN ('pending', 'queued', 'retrying');
+  `,
 ];

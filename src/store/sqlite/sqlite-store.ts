@@ -33,6 +33,7 @@ import {
   type HeartbeatResult,
   insertedRecord,
   type InsertJobParams,
+  type InsertJobsParams,
   type InsertResult,
   type JobPage,
   type LeaseRef,
@@ -63,6 +64,7 @@ import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
 import { SqliteRetentionOps } from './retention-ops.js';
 import { keyReusable } from '../../core/retention.js';
+import { batchRefusal, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -77,6 +79,9 @@ export interface SqliteStoreOptions {
 }
 
 const JOB_ROW = jobJson('j');
+
+/** A tenant's backlog (pending, queued, retrying), counted up to a cap: (tenant, cap). */
+export const TENANT_BACKLOG_SQL = "SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE tenant = ? AND state IN ('pending', 'queued', 'retrying') LIMIT ?)";
 
 function json(value: unknown): string | null {
   return value === undefined || value === null ? null : JSON.stringify(value);
@@ -283,7 +288,7 @@ export class SqliteStore implements Store {
 
   // ---- submit -------------------------------------------------------------------------
 
-  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number): InsertResult {
+  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number, tenants?: TenantRoom): InsertResult {
     if (job.idempotencyKey !== null) {
       const existing = this.arrayStmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(
         job.tenant,
@@ -303,17 +308,44 @@ export class SqliteStore implements Store {
       };
       if (backlog.n >= maxBacklog) return { kind: 'full', backlog: backlog.n };
     }
+    // The write lock keeps the tenant's count true until commit.
+    if (tenants) {
+      const refused = takeRoom(tenants, job.tenant, (t, cap) => this.tenantBacklog(t, cap));
+      if (refused) return refused;
+    }
     const insert = this.hot.insert;
     insert.stmt.run(...insert.args(job));
     return { kind: 'created', job: insertedRecord(job) };
   }
 
-  async insertJob(params: InsertJobParams): Promise<InsertResult> {
-    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs));
+  /** A tenant's stored backlog, counted up to `cap` (index jobs_tenant_backlog: O(cap) at most). */
+  private tenantBacklog(tenant: string, cap: number): number {
+    return (this.stmt(TENANT_BACKLOG_SQL).get(tenant, cap) as { n: number }).n;
   }
 
-  async insertJobs(params: { jobs: NewJob[]; maxBacklog?: number; idempotencyTtlMs?: number }): Promise<InsertResult[]> {
-    return this.write(() => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs)), params.jobs.length);
+  async insertJob(params: InsertJobParams): Promise<InsertResult> {
+    const tenants = tenantRoom(params.maxTenantBacklog);
+    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs, tenants));
+  }
+
+  async insertJobs(params: InsertJobsParams): Promise<InsertResult[]> {
+    const tenants = tenantRoom(params.maxTenantBacklog);
+    const insertAll = () => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs, tenants));
+    if (!params.wholeBatch || !tenants) return this.write(insertAll, params.jobs.length);
+    let refused: InsertResult[] | null = null;
+    try {
+      return this.write(() => {
+        const results = insertAll();
+        const refusal = batchRefusal(results, tenants);
+        if (refusal === null) return results;
+        // A tenant over its limit refuses the batch: the rollback undoes the jobs inserted before it.
+        refused = refuseBatch(results, refusal);
+        throw new Error('batch refused');
+      }, params.jobs.length);
+    } catch (err) {
+      if (refused === null) throw err;
+      return refused;
+    }
   }
 
   // ---- reads --------------------------------------------------------------------------
@@ -442,14 +474,13 @@ export class SqliteStore implements Store {
     const { complete, claim } = params;
     for (const p of complete) checkTransition(p);
     const claiming = claim.limit > 0 && claim.types.length > 0;
-    if (complete.length === 0 && !claiming) return { applied: [], jobs: [] };
+    if (complete.length === 0 && !claiming) return { applied: [], jobs: [], deleted: [] };
     return this.write(
       () => {
-        const applied = new Array<boolean>(complete.length);
-        for (let i = 0; i < complete.length; i++) applied[i] = this.transitions.apply(complete[i] as TransitionParams);
-        if (!claiming) return { applied, jobs: [] };
+        const { applied, deleted } = this.applyAll(complete);
+        if (!claiming) return { applied, deleted, jobs: [] };
         const { jobs, wakeAt } = this.claimSync(claim);
-        return wakeAt === undefined ? { applied, jobs } : { applied, jobs, wakeAt };
+        return wakeAt === undefined ? { applied, deleted, jobs } : { applied, deleted, jobs, wakeAt };
       },
       // Rows written (they pace the checkpoints), not the claim's limit, which may be far more.
       (out) => out.applied.length + out.jobs.length,
@@ -474,10 +505,31 @@ export class SqliteStore implements Store {
     return this.transitions.apply(p);
   }
 
+  /**
+   * Checked transitions inside the caller's write transaction, in order. A `deleteOnEnd` write
+   * deletes its job when it may (Transitions.tryDelete), else applies as usual; the deleted
+   * jobs' progress and signals go in two statements for all of them.
+   */
+  private applyAll(items: readonly TransitionParams[]): { applied: boolean[]; deleted: boolean[] } {
+    const applied = new Array<boolean>(items.length);
+    const deleted = new Array<boolean>(items.length).fill(false);
+    const gone: string[] = [];
+    for (let i = 0; i < items.length; i++) {
+      const p = items[i] as TransitionParams;
+      if (p.deleteOnEnd && this.transitions.tryDelete(p)) {
+        applied[i] = true;
+        deleted[i] = true;
+        gone.push(p.id);
+      } else applied[i] = this.transitionSync(p);
+    }
+    this.transitions.dropDependents(gone);
+    return { applied, deleted };
+  }
+
   async transition(params: { items: TransitionParams[] }): Promise<boolean[]> {
     for (const p of params.items) checkTransition(p);
     if (params.items.length === 0) return [];
-    return this.write(() => params.items.map((p) => this.transitionSync(p)), params.items.length);
+    return this.write(() => this.applyAll(params.items).applied, params.items.length);
   }
 
   // ---- lease-holder writes ------------------------------------------------------------

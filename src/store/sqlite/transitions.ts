@@ -94,9 +94,25 @@ export function checkTransition(p: TransitionParams): void {
   if (p.to === 'running' && p.from !== 'running') throw new Error('a job enters running only through claimJobs');
 }
 
+/**
+ * A job ended by a `deleteOnEnd` write is deleted instead of updated (the same compare-and-swap)
+ * when it owns nothing the eraser must handle: no result files, no webhook target or deliveries,
+ * no parent, no children. Each NOT EXISTS is one index probe.
+ */
+export const DELETE_ON_END_SQL = `DELETE FROM jobs
+  WHERE id = ? AND state = ? AND (? IS NULL OR lease = ?) AND (? IS NULL OR cancel_requested = ?) AND parent_id IS NULL
+    AND NOT EXISTS (SELECT 1 FROM job_results r WHERE r.job_id = jobs.id)
+    AND NOT EXISTS (SELECT 1 FROM job_webhooks w WHERE w.job_id = jobs.id)
+    AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.job_id = jobs.id)
+    AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = jobs.id)`;
+
+const ENDS = new Set(['succeeded', 'failed', 'cancelled']);
+
 export class Transitions {
   private readonly byShape = new Map<number, Compiled<TransitionParams>>();
   private dropProgress: StatementSync | null = null;
+  private deleteOnEnd: StatementSync | null = null;
+  private deleteDependents: StatementSync[] | null = null;
 
   /** Statements are prepared on first use: the tables exist only once the store migrated. */
   constructor(private readonly db: DatabaseSync) {}
@@ -115,5 +131,29 @@ export class Transitions {
       this.dropProgress.run(p.id);
     }
     return applied;
+  }
+
+  /**
+   * Applies a `deleteOnEnd` write by deleting the job (see DELETE_ON_END_SQL) when it may be:
+   * true when it was; false when the write is to be applied as usual (`apply`), because the CAS
+   * lost or the job owns rows the eraser must handle. Its dependents go with `dropDependents`.
+   */
+  tryDelete(p: TransitionParams): boolean {
+    if (!p.deleteOnEnd || !ENDS.has(p.to)) return false;
+    this.deleteOnEnd ??= this.db.prepare(DELETE_ON_END_SQL);
+    const lease = p.lease ?? null;
+    const cancel = p.cancelRequested === undefined ? null : p.cancelRequested ? 1 : 0;
+    return this.deleteOnEnd.run(p.id, p.from, lease, lease, cancel, cancel).changes === 1;
+  }
+
+  /** The progress and signals of jobs deleted on their end (they have no other rows: see tryDelete). */
+  dropDependents(ids: readonly string[]): void {
+    if (ids.length === 0) return;
+    this.deleteDependents ??= [
+      this.db.prepare('DELETE FROM job_progress WHERE job_id IN (SELECT value FROM json_each(?))'),
+      this.db.prepare('DELETE FROM job_signals WHERE job_id IN (SELECT value FROM json_each(?))'),
+    ];
+    const json = JSON.stringify(ids);
+    for (const st of this.deleteDependents) st.run(json);
   }
 }

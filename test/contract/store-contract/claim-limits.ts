@@ -113,6 +113,15 @@ export function runClaimLimitsContract(name: string, makeStore: () => Promise<St
       assert.equal((await claim({ types })).length, 0);
     });
 
+    it('a capped tenant’s queued job does not hold a key’s place that another tenant’s job can take', async () => {
+      await insert({ tenant: 'full', type: 'busy' });
+      assert.equal((await claim({ types: [{ type: 'busy' }] })).length, 1);
+      await insert({ tenant: 'full', type: 'kc', concurrencyKey: 'shared', runAt: T0 });
+      const other = await insert({ tenant: 'other', type: 'kc', concurrencyKey: 'shared', runAt: T0 + 1 });
+      const jobs = await claim({ types: [{ type: 'kc', keyConcurrency: 1 }], tenantCaps: { byTenant: { full: 1 } } });
+      assert.deepEqual(ids(jobs), [other.id]);
+    });
+
     it('rate limits: at most max starts in any window of perMs; a held-back claim says when the window frees', async () => {
       await store.insertJobs({ jobs: Array.from({ length: 20 }, (_, i) => newJob({ type: 'r', runAt: T0 + i })) });
       const types = [{ type: 'r', rateLimit: { max: 3, perMs: 1000 } }];

@@ -129,6 +129,83 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
       assert.equal((await get(f.id)).state, 'queued');
     });
 
+    describe('deleteOnEnd (retention 0: the job deleted by the write that ends it)', () => {
+      const progress = { percent: 50, stage: null, itemsDone: null, itemsTotal: null, message: 'half', eta: null, updatedAt: new Date(T0).toISOString() };
+      const claim = { workerId: 'w', types: [], limit: 0, now: T0 };
+      const succeed = (j: JobRecord, extra: Partial<Parameters<Store['transition']>[0]['items'][number]> = {}) => ({
+        id: j.id,
+        from: 'running' as const,
+        to: 'succeeded' as const,
+        lease: j.lease,
+        reason: 'completed',
+        at: T0 + 5,
+        patch: { result: { ok: true }, finishedAt: T0 + 5, clearCheckpoint: true },
+        deleteOnEnd: true,
+        ...extra,
+      });
+
+      it('completeAndClaim deletes the job with its progress and log, reports it, and touches no other job', async () => {
+        const r = await running();
+        assert.ok(await store.saveProgress({ id: r.id, lease: r.lease, progress, now: T0 }));
+        assert.ok(await store.saveCheckpoint({ id: r.id, lease: r.lease, checkpoint: { version: 1, data: { at: 3 } }, now: T0 }));
+        const other = await running();
+        assert.ok(await store.saveProgress({ id: other.id, lease: other.lease, progress, now: T0 }));
+        const otherBefore = await footprint(store, other.id);
+        assert.deepEqual(await footprint(store, r.id), { job: 1, progress: 1, results: 0, webhook: 0, deliveries: 0, log: 2 });
+        const res = await store.completeAndClaim({ complete: [succeed(r)], claim });
+        assert.deepEqual(res.applied, [true]);
+        assert.deepEqual(res.deleted, [true]);
+        assert.deepEqual(await footprint(store, r.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0 });
+        assert.deepEqual(await footprint(store, other.id), otherBefore);
+        assert.equal((await store.countByState({})).running, 1);
+      });
+
+      it('ends as usual, without deleting, a job that owns result files, a webhook, a parent or children: the eraser deletes those', async () => {
+        const withFile = await running();
+        assert.ok(await store.recordResult({ id: withFile.id, lease: withFile.lease, file: { name: 'out.csv', size: 3, contentType: 'text/csv', sha256: 'ab'.repeat(32), key: `results/${withFile.id}/out.csv` }, now: T0 }));
+        const withHookId = newJob().id;
+        await store.saveWebhook({ jobId: withHookId, url: 'https://example.test/hook', secret: null });
+        const withHook = await running({ id: withHookId });
+        const parent = await running();
+        const child = await running({ parentId: parent.id });
+        const items = [withFile, withHook, parent, child].map((j) => succeed(j));
+        const res = await store.completeAndClaim({ complete: items, claim });
+        assert.deepEqual(res.applied, [true, true, true, true]);
+        assert.deepEqual(res.deleted, [false, false, false, false]);
+        for (const j of [withFile, withHook, parent, child]) assert.equal((await get(j.id)).state, 'succeeded');
+        assert.equal((await footprint(store, withFile.id)).results, 1);
+        assert.equal((await footprint(store, withHook.id)).webhook, 1);
+        // The eraser's way: the child first, then its parent.
+        const deleted = await store.deleteJobs({ ids: [withFile.id, withHook.id, child.id] });
+        assert.deepEqual(deleted, { jobs: 3, progress: 0, resultFiles: 1, webhooks: 1, deliveries: 0, signals: 0 });
+        assert.equal((await store.deleteJobs({ ids: [parent.id] })).jobs, 1);
+      });
+
+      it('a lost compare-and-swap deletes nothing; an end not in an ended state is applied as usual', async () => {
+        const r = await running();
+        const lost = await store.completeAndClaim({ complete: [succeed(r, { lease: r.lease + 1 })], claim });
+        assert.deepEqual(lost.applied, [false]);
+        assert.deepEqual(lost.deleted, [false]);
+        assert.equal((await get(r.id)).state, 'running');
+        const retry = await store.completeAndClaim({
+          complete: [{ id: r.id, from: 'running', to: 'retrying', lease: r.lease, reason: 'retry', at: T0 + 1, patch: { runAt: T0 + 100 }, deleteOnEnd: true }],
+          claim,
+        });
+        assert.deepEqual(retry.applied, [true]);
+        assert.deepEqual(retry.deleted, [false]);
+        assert.equal((await get(r.id)).state, 'retrying');
+      });
+
+      it('transition applies deleteOnEnd writes the same way (deleted jobs count as applied)', async () => {
+        const a = await running();
+        const b = await running();
+        const applied = await store.transition({ items: [succeed(a), { ...succeed(b), deleteOnEnd: false }] });
+        assert.deepEqual(applied, [true, true]);
+        assert.equal(await store.getJob({ id: a.id }), null);
+        assert.equal((await get(b.id)).state, 'succeeded');
+      });
+    });
+
     describe('idempotency keys', () => {
       const keyed = (key: string, at: number, hash = 'h1') => newJob({ idempotencyKey: key, requestHash: hash, createdAt: at, runAt: at });
 
