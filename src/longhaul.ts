@@ -258,6 +258,12 @@ export class Longhaul {
     return reads.snapshotJson(this.readCtx, id, scope);
   }
 
+  /** A job's last saved checkpoint, or null; throws JobNotFoundError (dashboard, `GET /v1/jobs/{id}/checkpoint`). */
+  async checkpoint(id: string, scope: reads.TenantScope = {}): Promise<{ version: number; data: unknown; corrupt: boolean } | null> {
+    this.assertOpen();
+    return reads.checkpoint(this.store, id, scope);
+  }
+
   /** The state and recorded files of a job (result routes); `tenant` null means any tenant. */
   async resultFiles(id: string, tenant: string | null): Promise<{ state: JobState; files: StoredResultFile[]; expiresAt: number | null } | null> {
     this.assertOpen();

@@ -134,7 +134,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       const address = await app.listen({ host, port });
       const base = address.replace('[::1]', 'localhost');
       process.stdout.write(
-        `longhaul ${mode} listening on ${base}\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n  files      ${(await lh.files()).blobs.description}\n` +
+        `longhaul ${mode} listening on ${base}\n  dashboard  ${base}/\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n  files      ${(await lh.files()).blobs.description}\n` +
           (lh.channel ? `  events     ${describeChannel(lh)}\n` : '') +
           `  tasks      ${describeTasks([...lh.tasks.keys()])}\n` +
           (mode === 'dev'

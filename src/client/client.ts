@@ -149,6 +149,7 @@ export class LonghaulClient {
     if (filters.status !== undefined) query.set('status', Array.isArray(filters.status) ? filters.status.join(',') : filters.status);
     if (filters.type !== undefined) query.set('type', filters.type);
     if (filters.parentId !== undefined) query.set('parentId', filters.parentId);
+    if (filters.q !== undefined) query.set('q', filters.q);
     if (filters.limit !== undefined) query.set('limit', String(filters.limit));
     if (filters.cursor !== undefined) query.set('cursor', filters.cursor);
     const res = await this.request('GET', '/v1/jobs', { query, signal: filters.signal });

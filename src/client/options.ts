@@ -78,6 +78,8 @@ export interface ListFilters extends RequestOptions {
   type?: string;
   /** Only this job's children, oldest first. */
   parentId?: string;
+  /** Only jobs whose id or metadata contains this text (letters A to Z in any case); at most 200 characters. */
+  q?: string;
   /** Page size, 1–1000 (server default 50). */
   limit?: number;
   cursor?: string;

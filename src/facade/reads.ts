@@ -20,11 +20,16 @@ export interface TenantScope {
   tenant?: string;
 }
 
+/** The longest text `list({ text })` (`GET /v1/jobs?q=`) searches for. */
+export const MAX_LIST_TEXT = 200;
+
 export interface ListOptions extends TenantScope {
   status?: JobState | JobState[];
   type?: string;
   /** Only the children of this job (ctx.spawn), oldest first. */
   parentId?: string;
+  /** Only jobs whose id or metadata (as JSON text) contains this text; letters A to Z without case. At most 200 characters. */
+  text?: string;
   limit?: number;
   cursor?: string | null;
 }
@@ -58,6 +63,17 @@ export interface ReadContext {
 export async function getJob(ctx: ReadContext, id: string, scope: TenantScope): Promise<JobSnapshot | null> {
   const job = await ctx.store.getJob({ id, ...scope });
   return job ? ((await snapshots(ctx, [job]))[0] as JobSnapshot) : null;
+}
+
+/**
+ * A job's last saved checkpoint (`ctx.checkpoint.save`): `{version, data, corrupt}`, null when
+ * it has none; throws JobNotFoundError for an unknown job (or another tenant's).
+ */
+export async function checkpoint(store: JobQueueStore, id: string, scope: TenantScope): Promise<{ version: number; data: unknown; corrupt: boolean } | null> {
+  const job = await store.getJob({ id, ...scope });
+  if (!job) throw new JobNotFoundError(id);
+  const c = job.checkpoint;
+  return c ? { version: c.version, data: c.data, corrupt: c.corrupt === true } : null;
 }
 
 /**
@@ -176,8 +192,11 @@ export async function listJobs(ctx: ReadContext, options: ListOptions): Promise<
   if (options.parentId !== undefined && (typeof options.parentId !== 'string' || options.parentId === '')) {
     throw new InvalidOptionsError('parentId must be a non-empty string', 'parentId');
   }
-  // No job has a type, tenant or parent that no store can hold (PostgreSQL would refuse the query).
-  if ([options.type, options.tenant, options.parentId].some((f) => typeof f === 'string' && hasUnstorable(f))) return { items: [], nextCursor: null };
+  if (options.text !== undefined && (typeof options.text !== 'string' || options.text.length > MAX_LIST_TEXT)) {
+    throw new InvalidOptionsError(`text must be a string of at most ${MAX_LIST_TEXT} characters`, 'text');
+  }
+  // No job has a type, tenant, parent or metadata that no store can hold (PostgreSQL would refuse the query).
+  if ([options.type, options.tenant, options.parentId, options.text].some((f) => typeof f === 'string' && hasUnstorable(f))) return { items: [], nextCursor: null };
   let page: Awaited<ReturnType<JobQueueStore['listJobs']>>;
   try {
     page = await ctx.store.listJobs({
@@ -186,6 +205,7 @@ export async function listJobs(ctx: ReadContext, options: ListOptions): Promise<
       ...(states === undefined ? {} : { states }),
       ...(options.type === undefined ? {} : { type: options.type }),
       ...(options.parentId === undefined ? {} : { parentId: options.parentId }),
+      ...(options.text ? { text: options.text } : {}),
       cursor: options.cursor ?? null,
     });
   } catch (err) {

@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import type { Longhaul } from '../longhaul.js';
 import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER, tenantForKey } from './auth.js';
 import { clientErrorHandler, sendShuttingDown } from './client-errors.js';
+import { type DashboardOptions, registerDashboard } from './dashboard.js';
 import type { AppContext } from './context.js';
 import { FeedHub, JobHub } from './hub.js';
 import { HttpProblem, invalidRequest, problemHandler, sendProblem } from './problem.js';
@@ -54,6 +55,8 @@ export interface ServerOptions {
    * signer (`lh.files()`); `false`: no upload or result routes; or explicit route options.
    */
   files?: (UploadRouteOptions & ResultRouteOptions) | boolean;
+  /** The dashboard at `/` (server/dashboard.ts). Default `true`: the package's built files; `false`: none. */
+  dashboard?: DashboardOptions | boolean;
 }
 
 declare module 'fastify' {
@@ -256,6 +259,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     await registerUploadRoutes(app, files);
     registerResultRoutes(app, files);
   }
+  if (options.dashboard !== false) await registerDashboard(app, options.dashboard === true || options.dashboard === undefined ? {} : options.dashboard);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   // WebSockets are served from the server's upgrade event, outside Fastify's request cycle.
   acceptWebSockets(app, {

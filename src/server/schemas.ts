@@ -259,6 +259,7 @@ export const routeSchemas = {
         status: { type: 'string', description: 'one status or several, comma-separated' },
         type: { type: 'string' },
         parentId: { type: 'string', maxLength: 64, description: "only this job's children (ctx.spawn), oldest first" },
+        q: { type: 'string', description: 'only jobs whose id or metadata (as JSON text) contains this text; letters A to Z without case; at most 200 characters' },
         limit: { type: 'string', description: 'an integer from 1 to 1000, default 50' },
         cursor: { type: 'string' },
       },
@@ -270,6 +271,26 @@ export const routeSchemas = {
   },
   cancel: { summary: 'Cancel a job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
   retry: { summary: 'Retry a failed or cancelled job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
+  checkpoint: {
+    summary: "A job's last saved checkpoint",
+    tags: ['jobs'],
+    params: idParams,
+    response: {
+      200: {
+        type: 'object',
+        required: ['checkpoint'],
+        properties: {
+          checkpoint: {
+            anyOf: [
+              { type: 'null' },
+              { type: 'object', required: ['version', 'data', 'corrupt'], properties: { version: { type: 'integer' }, data: {}, corrupt: { type: 'boolean' } } },
+            ],
+          },
+        },
+      },
+      ...errors(401, 404),
+    },
+  },
   transitions: {
     summary: "A job's transition log",
     tags: ['jobs'],

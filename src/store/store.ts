@@ -162,6 +162,11 @@ export interface ListJobsParams {
   parentId?: string;
   states?: JobState[];
   type?: string;
+  /**
+   * Only jobs whose id, or whose metadata as JSON text, contains this text (letters A to Z
+   * compared without case; the dashboard's search box).
+   */
+  text?: string;
   limit: number;
   /** Opaque cursor from a previous page. */
   cursor?: string | null;

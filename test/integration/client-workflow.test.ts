@@ -1,7 +1,7 @@
 /**
  * The typed client's workflow methods against the real server: submitBatch (all or none, one
  * idempotency key), signal (kept or waking the job, errors as LonghaulApiError) and
- * list({ parentId }).
+ * list({ parentId }), list({ q }).
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -95,5 +95,15 @@ describe('client: batches, signals, children', () => {
     const page = await c.list({ parentId: parent.id });
     assert.deepEqual(page.items.map((j) => j.id).sort(), children.map((j) => j.id).sort());
     assert.deepEqual((await c.get(parent.id)).children?.total, 2);
+  });
+
+  it('list({ q }) finds jobs by text in their metadata', async () => {
+    const tag = `tag-${uuidv7().slice(-12)}`;
+    const job = await h.lh.submit('t.quick', {}, { tenant: 'tenantA', metadata: { tag } });
+    const page = await c.list({ q: tag.toUpperCase() });
+    assert.deepEqual(
+      page.items.map((j) => j.id),
+      [job.id],
+    );
   });
 });

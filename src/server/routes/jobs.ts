@@ -6,6 +6,7 @@ import type { JobSnapshot } from '../../core/job.js';
 import { idempotencyKeyProblem } from '../../core/limits.js';
 import { isJobState, isTerminal, JOB_STATES, type JobState } from '../../core/states.js';
 import type { SubmitOptions } from '../../longhaul.js';
+import { MAX_LIST_TEXT } from '../../facade/reads.js';
 import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
@@ -95,7 +96,7 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     }),
   );
 
-  app.get<{ Querystring: { status?: string; type?: string; parentId?: string; limit?: string; cursor?: string } }>(
+  app.get<{ Querystring: { status?: string; type?: string; parentId?: string; q?: string; limit?: string; cursor?: string } }>(
     '/v1/jobs',
     { schema: routeSchemas.list },
     async (request) => {
@@ -112,12 +113,16 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) {
         throw invalidRequest(`limit must be an integer from 1 to 1000 (got "${String(q.limit).slice(0, 40)}")`, [{ path: 'limit', message: 'must be an integer from 1 to 1000' }]);
       }
+      if (q.q !== undefined && q.q.length > MAX_LIST_TEXT) {
+        throw invalidRequest(`q must be at most ${MAX_LIST_TEXT} characters`, [{ path: 'q', message: `must be at most ${MAX_LIST_TEXT} characters` }]);
+      }
       return lh.list({
         tenant: request.tenant,
         limit,
         ...(status ? { status } : {}),
         ...(q.type ? { type: q.type } : {}),
         ...(q.parentId ? { parentId: q.parentId } : {}),
+        ...(q.q ? { text: q.q } : {}),
         ...(q.cursor ? { cursor: q.cursor } : {}),
       });
     },
@@ -138,6 +143,11 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
   app.get<{ Params: { id: string } }>('/v1/jobs/:id/transitions', { schema: routeSchemas.transitions }, async (request) => ({
     items: await lh.transitions(request.params.id, { tenant: request.tenant }),
   }));
+
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/checkpoint', { schema: routeSchemas.checkpoint }, async (request, reply) => {
+    const checkpoint = await lh.checkpoint(request.params.id, { tenant: request.tenant });
+    return reply.header('Cache-Control', 'no-store').send({ checkpoint });
+  });
 
   app.get<{ Params: { id: string } }>('/v1/jobs/:id/webhooks', { schema: routeSchemas.webhooks }, async (request) => ({
     items: await lh.webhookDeliveries(request.params.id, { tenant: request.tenant }),

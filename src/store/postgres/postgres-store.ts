@@ -628,6 +628,8 @@ export class PostgresStore implements Store {
     if (params.cursor) add(2, (n) => `j.id < $${n}::uuid`, decodeCursor(params.cursor));
     if (params.states && params.states.length > 0) add(4, (n) => `j.state = ANY($${n}::text[])`, params.states);
     if (params.type !== undefined) add(8, (n) => `j.type = $${n}`, params.type);
+    // strpos, not LIKE: the text is matched as it is. lower() of ASCII letters only, as SQLite's.
+    if (params.text) add(32, (n) => `(strpos(j.id::text, lower($${n}::text)) > 0 OR strpos(lower(j.metadata::text COLLATE "C"), lower($${n}::text COLLATE "C")) > 0)`, params.text);
     const limit = Math.max(1, Math.min(Math.floor(params.limit), 1000));
     values.push(limit + 1);
     const sql = `SELECT ${JOB_SELECT} ${this.sql.from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT $${values.length}`;

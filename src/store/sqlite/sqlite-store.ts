@@ -410,6 +410,11 @@ export class SqliteStore implements Store {
       where.push('j.type = ?');
       args.push(params.type);
     }
+    if (params.text) {
+      // instr, not LIKE: the text is matched as it is, `%` and `_` included.
+      where.push('(instr(lower(j.id), lower(?)) > 0 OR instr(lower(j.metadata), lower(?)) > 0)');
+      args.push(params.text, params.text);
+    }
     const limit = Math.max(1, Math.min(params.limit, 1000));
     const sql = `SELECT ${JOB_ROW} FROM jobs j ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT ?`;
     const rows = this.arrayStmt(sql).all(...args, limit + 1);

@@ -251,6 +251,41 @@ export function runJobQueueContract(name: string, makeStore: () => Promise<Store
         assert.deepEqual(await ids({ limit: 10, states: [] }), [a3.id, g1.id, a2.id, a1.id]); // empty = no filter
       });
 
+      it('filters by text in the id or the metadata, letters without case, as written (no wildcards), with the other filters and the cursor', async () => {
+        const a = await insert({ tenant: 'acme', type: 'report', metadata: { customer: 'Northwind Traders', order: 1042 } });
+        const b = await insert({ tenant: 'acme', type: 'export', metadata: { customer: 'northwind', note: '100% done_now' } });
+        const c = await insert({ tenant: 'globex', type: 'report', metadata: { customer: 'Northwind' } });
+        const d = await insert({ tenant: 'acme', type: 'report', metadata: null });
+        const ids = async (p: Parameters<Store['listJobs']>[0]) => (await store.listJobs(p)).items.map((j) => j.id);
+        assert.deepEqual(await ids({ limit: 10, text: 'NORTHWIND' }), [c.id, b.id, a.id]);
+        assert.deepEqual(await ids({ limit: 10, text: 'northwind', tenant: 'acme' }), [b.id, a.id]);
+        assert.deepEqual(await ids({ limit: 10, text: 'northwind', tenant: 'acme', type: 'report' }), [a.id]);
+        assert.deepEqual(await ids({ limit: 10, text: '1042' }), [a.id]);
+        // Keys are text of the metadata too.
+        assert.deepEqual(await ids({ limit: 10, text: 'note' }), [b.id]);
+        // % and _ are themselves, not wildcards.
+        assert.deepEqual(await ids({ limit: 10, text: '100% done_' }), [b.id]);
+        assert.deepEqual(await ids({ limit: 10, text: 'n_rthwind' }), []);
+        assert.deepEqual(await ids({ limit: 10, text: '%' }), [b.id]);
+        // The id, in part or whole, in either case.
+        assert.deepEqual(await ids({ limit: 10, text: d.id }), [d.id]);
+        assert.deepEqual(await ids({ limit: 10, text: d.id.slice(-12).toUpperCase() }), [d.id]);
+        assert.deepEqual(await ids({ limit: 10, text: 'no such text' }), []);
+        // The cursor walks the matching jobs.
+        const first = await store.listJobs({ limit: 2, text: 'northwind' });
+        assert.deepEqual(
+          first.items.map((j) => j.id),
+          [c.id, b.id],
+        );
+        assert.ok(first.nextCursor);
+        const second = await store.listJobs({ limit: 2, text: 'northwind', cursor: first.nextCursor });
+        assert.deepEqual(
+          second.items.map((j) => j.id),
+          [a.id],
+        );
+        assert.equal(second.nextCursor, null);
+      });
+
       it('paginates with a cursor: no duplicates, no gaps, null at the end', async () => {
         const all: string[] = [];
         for (let i = 0; i < 25; i++) all.push((await insert({ type: i % 2 === 0 ? 'even' : 'odd' })).id);
