@@ -502,100 +502,13 @@ export const MIGRATIONS: readonly string[] = [
   `
   CREATE INDEX jobs_tenant_backlog ON {s}.jobs (tenant) WHERE state IN ('pending', 'queued', 'retrying');
   `,
-  // 8: retention 0 in the completion's own transaction: apply_transitions (and so the worker's
-  // complete_and_claim, which calls it) deletes a job whose item carries d. The mask bits and
-  // everything else are as before; d is new. Deleted items answer their ordinal negated.
-  `
-  CREATE OR REPLACE FUNCTION {s}.apply_transitions(p_items json, p_rounds integer) RETURNS integer[]
-  LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
-  DECLARE
-    v_applied integer[] := '{}';
-    v_part integer[];
-    v_wake boolean;
-    v_any_wake boolean := false;
-    v_deletes boolean;
-  BEGIN
-    -- A text search, cheaper than parsing: most calls carry no d (a false positive, such as a
-    -- result holding "d":true, only costs the DELETE below finding nothing).
-    v_deletes := strpos(p_items::text, '"d":true') > 0;
-    FOR v_round IN 1 .. p_rounds LOOP
-      IF v_deletes THEN
-        -- Items with d (retention 0) end their job by deleting it, with the same compare-and-swap,
-        -- when it owns nothing the eraser must handle (result files, a webhook target or
-        -- deliveries, a parent, children); their ordinals come back negative. The others, and
-        -- those whose job owns such rows, are applied by the UPDATE below (a deleted row no longer
-        -- matches it).
-        WITH item AS (
-          SELECT * FROM json_to_recordset(p_items) AS x(o integer, r integer, id uuid, f text, t text, l integer, q boolean, d boolean)
-          WHERE x.r = v_round AND x.d AND x.t IN ('succeeded', 'failed', 'cancelled')
-        ), gone AS (
-          DELETE FROM {s}.jobs j USING item i
-          WHERE j.id = i.id AND j.state = i.f AND (i.l IS NULL OR j.lease = i.l) AND (i.q IS NULL OR j.cancel_requested = i.q)
-            AND j.parent_id IS NULL
-            AND NOT EXISTS (SELECT 1 FROM {s}.job_results r WHERE r.job_id = j.id)
-            AND NOT EXISTS (SELECT 1 FROM {s}.job_webhooks w WHERE w.job_id = j.id)
-            AND NOT EXISTS (SELECT 1 FROM {s}.webhook_deliveries dl WHERE dl.job_id = j.id)
-            AND NOT EXISTS (SELECT 1 FROM {s}.jobs c WHERE c.parent_id = j.id::text)
-          RETURNING j.id, i.o
-        ), gone_progress AS (
-          DELETE FROM {s}.progress p USING gone WHERE p.job_id = gone.id
-        ), gone_signals AS (
-          DELETE FROM {s}.job_signals g USING gone WHERE g.job_id = gone.id
-        )
-        SELECT array_agg(-gone.o) INTO v_part FROM gone;
-        v_applied := v_applied || coalesce(v_part, '{}');
-      END IF;
-      WITH item AS (
-        SELECT * FROM json_to_recordset(p_items) AS x(
-          o integer, r integer, id uuid, f text, t text, l integer, q boolean, why text, w text, at bigint, m integer,
-          run_at bigint, result json, error json, finished_at bigint, expires_at bigint, cancel_reason text, stalled boolean)
-        WHERE x.r = v_round
-      ), moved AS (
-        UPDATE {s}.jobs j
-        SET state = i.t,
-            log = ${logAppend(
-              'i.f',
-              'i.t',
-              'i.at',
-              'i.why',
-              'CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END',
-              'i.w',
-            )},
-            updated_at = greatest(i.at, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
-            run_at = CASE WHEN i.m & 1 <> 0 THEN i.run_at ELSE j.run_at END,
-            result = CASE WHEN i.m & 2 <> 0 THEN i.result ELSE j.result END,
-            error = CASE WHEN i.m & 4 <> 0 THEN i.error ELSE j.error END,
-            finished_at = CASE WHEN i.m & 8 <> 0 THEN i.finished_at ELSE j.finished_at END,
-            expires_at = CASE WHEN i.m & 16 <> 0 THEN i.expires_at ELSE j.expires_at END,
-            attempts = CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
-            checkpoint = CASE WHEN i.m & 128 <> 0 THEN NULL ELSE j.checkpoint END,
-            cancel_requested = CASE WHEN i.m & 256 <> 0 THEN true WHEN i.m & 512 <> 0 THEN false ELSE j.cancel_requested END,
-            cancel_reason = CASE WHEN i.m & 256 <> 0 THEN i.cancel_reason WHEN i.m & 512 <> 0 THEN NULL ELSE j.cancel_reason END,
-            cancel_requested_at = CASE WHEN i.m & 256 <> 0 THEN i.at WHEN i.m & 512 <> 0 THEN NULL ELSE j.cancel_requested_at END,
-            stalled = CASE WHEN i.m & 1024 <> 0 THEN i.stalled ELSE j.stalled END
-        FROM item i
-        WHERE j.id = i.id AND j.state = i.f AND (i.l IS NULL OR j.lease = i.l) AND (i.q IS NULL OR j.cancel_requested = i.q)
-        RETURNING j.id, j.state AS to_state, j.run_at, i.o, i.at
-      ), dropped AS (
-        DELETE FROM {s}.progress p USING moved WHERE p.job_id = moved.id AND moved.to_state = 'expired'
-      )
-      SELECT array_agg(moved.o), bool_or(moved.to_state = 'queued' OR (moved.to_state = 'retrying' AND moved.run_at <= moved.at))
-      INTO v_part, v_wake
-      FROM moved;
-      v_applied := v_applied || coalesce(v_part, '{}');
-      v_any_wake := v_any_wake OR coalesce(v_wake, false);
-    END LOOP;
-    IF v_any_wake THEN
-      PERFORM pg_notify('{ch}', '');
-    END IF;
-    RETURN v_applied;
-  END
-  $fn$;
-  `,
-  // 9: dead letters: the attempt history (one row per run that ended without succeeding, keyed by
-  // the run's lease), written by apply_transitions in the transition's own statement (its body is
-  // migration 8's plus the \`attempted\` insert, the item's stack and error_code); and failed jobs
-  // by tenant, type and error code (the dead-letter groups, their pages and bulk filters).
+  // 8: retention 0 and dead letters, both in apply_transitions (and so in the worker's
+  // complete_and_claim, which calls it). Retention 0: an item carrying d deletes its job, with the
+  // same compare-and-swap, when the job owns nothing the eraser must handle; deleted items answer
+  // their ordinal negated. Dead letters: the attempt history (one row per run that ended without
+  // succeeding, keyed by the run's lease), written in the transition's own statement with the
+  // item's stack and error_code; and failed jobs by tenant, type and error code (the dead-letter
+  // groups, their pages and bulk filters).
   // error_code is error's code, kept by apply_transitions: a column, not an expression, so that
   // the grouped listing is an index-only scan. Filled here for failed jobs, the only ones read by it.
   `
@@ -625,7 +538,8 @@ export const MIGRATIONS: readonly string[] = [
     v_any_wake boolean := false;
     v_deletes boolean;
   BEGIN
-    -- A text search, cheaper than parsing: most calls carry no d (migration 8).
+    -- A text search, cheaper than parsing: most calls carry no d (a false positive, such as a
+    -- result holding "d":true, only costs the DELETE below finding nothing).
     v_deletes := strpos(p_items::text, '"d":true') > 0;
     FOR v_round IN 1 .. p_rounds LOOP
       IF v_deletes THEN
@@ -713,7 +627,7 @@ export const MIGRATIONS: readonly string[] = [
   END
   $fn$;
   `,
-  // 10: observability: stats kept as jobs change (counts by tenant, type and state; rates; run-time
+  // 9: observability: stats kept as jobs change (counts by tenant, type and state; rates; run-time
   // buckets), by triggers that append to a change log the sweeper folds (stats-schema.ts); the W3C
   // trace context of a job's submit, continued by its attempts' spans
   `${STATS_MIGRATION}
