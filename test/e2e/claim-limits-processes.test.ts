@@ -11,49 +11,22 @@
  * intervals come from the jobs' results.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import type { JobState } from '../../src/core/states.js';
 import { type JobSnapshot, Longhaul } from '../../src/index.js';
-import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
+import { killAllChildren, startCliWorkers, tempDir, type WorkerChild, waitFor } from '../fixtures/process-harness.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
-const BIN = join(ROOT, 'dist/cli/main.js');
 const TASKS = join(ROOT, 'test/fixtures/limit-tasks.mjs');
 const ENV: Record<string, string> = { LONGHAUL_LOG_LEVEL: 'warn', LONGHAUL_PG_POOL_SIZE: '4', LONGHAUL_REDIS_URL: '' };
 
 after(() => killAllChildren());
 
-function startWorker(database: string, label: string): { child: WorkerChild; stdout: () => string } {
-  let out = '';
-  const proc = spawn(process.execPath, [BIN, 'worker', '--tasks', TASKS, '--database', database, '--concurrency', '8'], {
-    cwd: ROOT,
-    env: { ...process.env, ...ENV },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  proc.stdout?.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  return { child: new WorkerChild(proc, label), stdout: () => out };
-}
-
-async function startWorkers(database: string): Promise<WorkerChild[]> {
-  const workers = [1, 2, 3].map((i) => startWorker(database, `worker-${i}`));
-  for (const w of workers) {
-    await waitFor(
-      () => {
-        if (w.child.exitInfo) throw new Error(`${w.child.label} exited: ${w.child.stderr}`);
-        return /longhaul worker running/.test(w.stdout()) ? true : undefined;
-      },
-      `${w.child.label} started`,
-      30_000,
-      50,
-    );
-  }
-  return workers.map((w) => w.child);
+function startWorkers(database: string): Promise<WorkerChild[]> {
+  return startCliWorkers({ tasks: TASKS, database, labels: ['worker-1', 'worker-2', 'worker-3'], concurrency: 8, env: ENV });
 }
 
 /** Every job of a type in the given states, page by page. */

@@ -6,34 +6,19 @@
  * The jobs are read from the database through the library.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { Longhaul } from '../../src/index.js';
-import { killAllChildren, tempDir, WorkerChild, waitFor } from '../fixtures/process-harness.js';
+import { killAllChildren, startCliWorkers, tempDir, type WorkerChild, waitFor } from '../fixtures/process-harness.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
-const BIN = join(ROOT, 'dist/cli/main.js');
 const TASKS = join(ROOT, 'test/fixtures/schedule-tasks.mjs');
 const ENV: Record<string, string> = { LONGHAUL_LOG_LEVEL: 'warn', LONGHAUL_SWEEP_INTERVAL_MS: '5', LONGHAUL_PG_POOL_SIZE: '4', LONGHAUL_REDIS_URL: '' };
 
 after(() => killAllChildren());
-
-function startWorker(database: string, label: string): { child: WorkerChild; stdout: () => string } {
-  let out = '';
-  const proc = spawn(process.execPath, [BIN, 'worker', '--tasks', TASKS, '--database', database, '--concurrency', '4'], {
-    cwd: ROOT,
-    env: { ...process.env, ...ENV },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  proc.stdout?.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  return { child: new WorkerChild(proc, label), stdout: () => out };
-}
 
 const TARGETS = [
   {
@@ -56,27 +41,17 @@ for (const target of TARGETS) {
   describe(`schedules with three worker processes on ${target.name}`, () => {
     it('each tick of a per-second schedule enqueues exactly once, and none is lost', async () => {
       const db = await target.database();
-      const workers = [1, 2, 3].map((i) => startWorker(db.url, `worker-${i}`));
+      let workers: WorkerChild[] = [];
       let lh: Longhaul | null = null;
       try {
-        for (const w of workers) {
-          await waitFor(
-            () => {
-              if (w.child.exitInfo) throw new Error(`${w.child.label} exited: ${w.child.stderr}`);
-              return /longhaul worker running/.test(w.stdout()) ? true : undefined;
-            },
-            `${w.child.label} started`,
-            30_000,
-            50,
-          );
-        }
+        workers = await startCliWorkers({ tasks: TASKS, database: db.url, labels: ['worker-1', 'worker-2', 'worker-3'], concurrency: 4, env: ENV });
         lh = await Longhaul.open({ database: db.url, logger: pino({ level: 'silent' }), channel: false });
         const reader = lh;
         const runs = async () => (await reader.list({ type: 'sched.noop', limit: 1000 })).items.filter((j) => j.metadata?.schedule === 'every-second');
         // All three run together for a while.
         await sleep(4_000);
         await waitFor(async () => ((await runs()).length >= 4 ? true : undefined), 'four runs', 20_000, 100);
-        for (const w of workers) await w.child.kill();
+        for (const w of workers) await w.kill();
         const ticks = (await runs()).map((j) => String(j.metadata?.tick)).sort();
         const unique = new Set(ticks);
         assert.equal(unique.size, ticks.length, `a tick ran twice: ${ticks.join(', ')}`);
@@ -87,7 +62,7 @@ for (const target of TARGETS) {
         assert.equal(view.declared, true);
         assert.equal(view.lastRun?.at, ticks.at(-1));
       } finally {
-        for (const w of workers) await w.child.kill();
+        for (const w of workers) await w.kill();
         await lh?.close();
         await db.drop();
       }
