@@ -97,6 +97,80 @@ runStatsContract(
   },
 );
 
+describe('postgres: the stats change log, grouped per statement (migration 10)', () => {
+  /** The real count of jobs by state, from the table. */
+  async function tableCounts(schema: string): Promise<Record<string, number>> {
+    return admin(async (c) => {
+      const rows = (await c.query(`SELECT state, count(*)::integer AS n FROM "${schema}".jobs GROUP BY state`)).rows as { state: string; n: number }[];
+      return Object.fromEntries(rows.map((r) => [r.state, r.n]));
+    });
+  }
+  const nonZero = (counts: Record<string, number>) => Object.fromEntries(Object.entries(counts).filter(([, n]) => n !== 0));
+
+  it('a claim of 50 jobs writes one change row of 50, and the counts stay exact', async () => {
+    const store = await openStore();
+    try {
+      await store.insertJobs({ jobs: Array.from({ length: 60 }, (_, i) => newJob({ type: 'grouped', input: { i } })) });
+      const claimed = await store.claimJobs({ workerId: 'w', types: [{ type: 'grouped' }, { type: 'other' }], limit: 50, now: T0 });
+      assert.equal(claimed.length, 50);
+      // The submission's rows carry submitted_at; the claim's are the others: -50 queued, +50 running.
+      const rows = await admin(
+        async (c) =>
+          (await c.query(`SELECT old_state, new_state, n FROM "${store.schema}".job_changes WHERE submitted_at IS NULL ORDER BY old_state NULLS LAST`)).rows,
+      );
+      assert.deepEqual(rows, [
+        { old_state: 'queued', new_state: null, n: 50 },
+        { old_state: null, new_state: 'running', n: 50 },
+      ]);
+      assert.deepEqual(nonZero(await store.countByState({})), { queued: 10, running: 50 });
+      // A heartbeat changes no state: no change row.
+      const before = await admin(async (c) => Number((await c.query(`SELECT count(*) FROM "${store.schema}".job_changes`)).rows[0].count));
+      await admin((c) => c.query(`UPDATE "${store.schema}".jobs SET heartbeat_at = heartbeat_at + 1 WHERE state = 'running'`));
+      assert.equal(await admin(async (c) => Number((await c.query(`SELECT count(*) FROM "${store.schema}".job_changes`)).rows[0].count)), before);
+      await store.compactStats({ before: 0 });
+      assert.deepEqual(nonZero(await store.countByState({})), await tableCounts(store.schema));
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('changes logged one per job before migration 10 fold with the grouped ones after it', async () => {
+    const schema = `t${++schemas}`;
+    const rendered = renderMigrations(schema);
+    const at = MIGRATIONS.length - 1; // the version before this one
+    await admin(async (c) => {
+      await c.query(`CREATE SCHEMA "${schema}"`);
+      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      for (let v = 0; v < at; v++) {
+        await c.query(rendered[v] as string);
+        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
+      }
+      // Written by the previous release: 30 queued jobs, then 12 of them claimed (one change row each).
+      for (let i = 0; i < 30; i++) {
+        await c.query(
+          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
+           VALUES ($1, 'acme', 'old', 'queued', 2, 3, $2, $2, $2, 30000, 60000, '[]')`,
+          [newJob().id, T0 + i],
+        );
+      }
+      await c.query(`UPDATE "${schema}".jobs SET state = 'running', started_at = $1 WHERE id IN (SELECT id FROM "${schema}".jobs ORDER BY id LIMIT 12)`, [T0]);
+      assert.equal(Number((await c.query(`SELECT count(*) FROM "${schema}".job_changes WHERE new_state = 'running'`)).rows[0].count), 12);
+    });
+    const store = new PostgresStore({ connectionString: db.url, schema });
+    try {
+      assert.deepEqual(await store.migrate(), { from: at, to: MIGRATIONS.length });
+      assert.deepEqual(nonZero(await store.countByState({})), { queued: 18, running: 12 });
+      await store.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 5, now: T0 });
+      assert.deepEqual(nonZero(await store.countByState({})), { queued: 13, running: 17 });
+      await store.compactStats({ before: 0 });
+      assert.deepEqual(nonZero(await store.countByState({})), await tableCounts(schema));
+      assert.deepEqual(nonZero(await store.countByState({})), { queued: 13, running: 17 });
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 // ---- helpers for the PostgreSQL-specific tests ----
 
 const T0 = 1_700_000_000_000;

@@ -80,8 +80,99 @@ const GROUPS = `
   END
   $fn$;`;
 
-const CLAIM_FUNCTION = `
-  CREATE FUNCTION {s}.complete_and_claim(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
+const V6_HEADS = `      -- The first (tenant, priority) queued, and whether any other follows it: two probes.
+      SELECT j.tenant, j.priority INTO v_group, v_rank FROM {s}.jobs j
+      WHERE j.state = 'queued' AND j.type = p_types[v_i] ORDER BY j.tenant, j.priority LIMIT 1;
+      CONTINUE WHEN NOT FOUND;
+      -- (ORDER BY keeps the plan on the index: with a bare filter a generic plan may scan the table.)
+      PERFORM FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_i] AND (j.tenant, j.priority) > (v_group, v_rank)
+      ORDER BY j.tenant, j.priority LIMIT 1;
+      v_alone := NOT FOUND;
+      v_cap := CASE WHEN v_group = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_group)] ELSE p_cap_others END;
+      IF v_alone AND v_types = 1 AND p_rate_max[v_i] IS NULL AND v_cap IS NULL THEN
+        -- One tenant, one priority level: the queue index order is the plan.
+        v_ids := ARRAY(
+          SELECT j.id FROM {s}.jobs j
+          WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_group
+          ORDER BY j.priority, j.run_at, j.id
+          LIMIT v_room
+          FOR UPDATE SKIP LOCKED);
+        EXIT types;
+      END IF;
+      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[v_i], false) END;
+      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
+      FOREACH v_group IN ARRAY v_groups LOOP
+        FOR v_level IN 0 .. 3 LOOP
+          v_cands := v_cands || ARRAY(
+            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
+            WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_group AND j.priority = v_level
+            ORDER BY j.run_at, j.id
+            LIMIT v_fetch
+            FOR UPDATE SKIP LOCKED);
+        END LOOP;
+      END LOOP;
+    END LOOP;
+`;
+
+const V10_HEADS = `      -- The first (tenant, priority) queued: kept for the second pass.
+      SELECT j.tenant, j.priority INTO v_group, v_rank FROM {s}.jobs j
+      WHERE j.state = 'queued' AND j.type = p_types[v_i] ORDER BY j.tenant, j.priority LIMIT 1;
+      CONTINUE WHEN NOT FOUND;
+      v_heads := v_heads || v_i;
+      v_head_groups := v_head_groups || v_group;
+      v_head_ranks := v_head_ranks || v_rank;
+      v_head_rooms := v_head_rooms || v_room;
+    END LOOP;
+    -- Second pass, over the types with queued jobs: whether another (tenant, priority) follows
+    -- the first; one type alone with one pair (and no keyed candidates) is the fast path.
+    <<heads>>
+    FOR v_h IN 1 .. cardinality(v_heads) LOOP
+      v_t := v_heads[v_h];
+      v_group := v_head_groups[v_h];
+      v_rank := v_head_ranks[v_h];
+      v_room := v_head_rooms[v_h];
+      -- (ORDER BY keeps the plan on the index: with a bare filter a generic plan may scan the table.)
+      PERFORM FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_t] AND (j.tenant, j.priority) > (v_group, v_rank)
+      ORDER BY j.tenant, j.priority LIMIT 1;
+      v_alone := NOT FOUND;
+      v_cap := CASE WHEN v_group = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_group)] ELSE p_cap_others END;
+      IF v_alone AND cardinality(v_heads) = 1 AND cardinality(v_cands) = 0 AND p_rate_max[v_t] IS NULL AND v_cap IS NULL THEN
+        -- One tenant, one priority level: the queue index order is the plan.
+        v_ids := ARRAY(
+          SELECT j.id FROM {s}.jobs j
+          WHERE j.state = 'queued' AND j.type = p_types[v_t] AND j.tenant = v_group
+          ORDER BY j.priority, j.run_at, j.id
+          LIMIT v_room
+          FOR UPDATE SKIP LOCKED);
+        EXIT heads;
+      END IF;
+      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[v_t], false) END;
+      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
+      FOREACH v_group IN ARRAY v_groups LOOP
+        FOR v_level IN 0 .. 3 LOOP
+          v_cands := v_cands || ARRAY(
+            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
+            WHERE j.state = 'queued' AND j.type = p_types[v_t] AND j.tenant = v_group AND j.priority = v_level
+            ORDER BY j.run_at, j.id
+            LIMIT v_fetch
+            FOR UPDATE SKIP LOCKED);
+        END LOOP;
+      END LOOP;
+    END LOOP;
+`;
+
+/**
+ * The claim function's text as migration 6 created it, or as migration 10 replaced it (the same
+ * rules, cheaper): the single-queue fast path is taken when one type has queued jobs, however many
+ * types the worker registered (a worker always registers the webhook delivery task too, so version 6
+ * never took it), and the claim by id no longer re-checks the state (the rows are locked by this
+ * transaction's FOR UPDATE: they are queued), which let the planner scan every queued job instead of
+ * probing the primary key.
+ */
+export function claimFunction(version: 6 | 10): string {
+  const v10 = version === 10;
+  return `
+  CREATE ${v10 ? 'OR REPLACE ' : ''}FUNCTION {s}.complete_and_claim(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
     p_now bigint, p_key_limits integer[], p_rate_max integer[], p_rate_per bigint[], p_aging bigint,
     p_cap_tenants text[], p_caps integer[], p_cap_others integer)
   ${RETURNS}
@@ -111,7 +202,12 @@ const CLAIM_FUNCTION = `
     v_trooms integer[] := '{}';
     v_tenants text[];
     v_rated text[] := '{}';
-    v_ids uuid[];
+    v_ids uuid[];${v10 ? `
+    v_t integer;
+    v_heads integer[] := '{}';
+    v_head_groups text[] := '{}';
+    v_head_ranks smallint[] := '{}';
+    v_head_rooms integer[] := '{}';` : ''}
   BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
       RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
@@ -171,39 +267,7 @@ const CLAIM_FUNCTION = `
         END LOOP;
         CONTINUE;
       END IF;
-      -- The first (tenant, priority) queued, and whether any other follows it: two probes.
-      SELECT j.tenant, j.priority INTO v_group, v_rank FROM {s}.jobs j
-      WHERE j.state = 'queued' AND j.type = p_types[v_i] ORDER BY j.tenant, j.priority LIMIT 1;
-      CONTINUE WHEN NOT FOUND;
-      -- (ORDER BY keeps the plan on the index: with a bare filter a generic plan may scan the table.)
-      PERFORM FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_i] AND (j.tenant, j.priority) > (v_group, v_rank)
-      ORDER BY j.tenant, j.priority LIMIT 1;
-      v_alone := NOT FOUND;
-      v_cap := CASE WHEN v_group = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_group)] ELSE p_cap_others END;
-      IF v_alone AND v_types = 1 AND p_rate_max[v_i] IS NULL AND v_cap IS NULL THEN
-        -- One tenant, one priority level: the queue index order is the plan.
-        v_ids := ARRAY(
-          SELECT j.id FROM {s}.jobs j
-          WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_group
-          ORDER BY j.priority, j.run_at, j.id
-          LIMIT v_room
-          FOR UPDATE SKIP LOCKED);
-        EXIT types;
-      END IF;
-      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[v_i], false) END;
-      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
-      FOREACH v_group IN ARRAY v_groups LOOP
-        FOR v_level IN 0 .. 3 LOOP
-          v_cands := v_cands || ARRAY(
-            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
-            WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_group AND j.priority = v_level
-            ORDER BY j.run_at, j.id
-            LIMIT v_fetch
-            FOR UPDATE SKIP LOCKED);
-        END LOOP;
-      END LOOP;
-    END LOOP;
-    IF v_ids IS NULL AND cardinality(v_cands) > 0 THEN
+${v10 ? V10_HEADS : V6_HEADS}    IF v_ids IS NULL AND cardinality(v_cands) > 0 THEN
       -- Tenant caps: each capped tenant's lock (in name order), then its running jobs counted.
       SELECT array_agg(DISTINCT c.tenant ORDER BY c.tenant) INTO v_tenants FROM unnest(v_cands) c;
       FOREACH v_group IN ARRAY v_tenants LOOP
@@ -261,7 +325,7 @@ const CLAIM_FUNCTION = `
             stalled = false,
             log = ${logAppendFixed('queued', 'running', '$3', 'claimed', 'j.attempts + 1', '$2')},
             updated_at = greatest($3, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
-        WHERE j.id = ANY($1) AND j.state = 'queued'
+        WHERE j.id = ANY($1)${v10 ? '' : " AND j.state = 'queued'"}
         RETURNING j.*
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
@@ -282,6 +346,7 @@ const CLAIM_FUNCTION = `
     END IF;
   END
   $fn$;`;
+}
 
 export const CLAIM_MIGRATION = `
   ALTER TABLE {s}.jobs ADD COLUMN ckey text COLLATE "C";
@@ -297,5 +362,5 @@ export const CLAIM_MIGRATION = `
   ${PER_GROUP_FETCH}
   ${GROUPS}
   DROP FUNCTION {s}.complete_and_claim(json, integer, text, text[], integer[], integer, bigint);
-  ${CLAIM_FUNCTION}
+  ${claimFunction(6)}
 `;

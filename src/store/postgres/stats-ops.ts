@@ -1,7 +1,8 @@
 /**
  * PostgresStore's stats reads and their upkeep, over the tables of stats-schema.ts. Every read is
  * one statement that adds the folded counters and the changes not yet folded (one snapshot, so
- * exact); its cost is the number of counter rows plus the changes since the last compaction.
+ * exact); its cost is the number of counter rows plus the change rows since the last compaction
+ * (each weighed by its count `n`: a statement's changes are grouped, see STATS_BATCH_MIGRATION).
  */
 import type pg from 'pg';
 import { JOB_STATES, type JobState } from '../../core/states.js';
@@ -90,8 +91,8 @@ function statements(s: string) {
     const and = tenant ? 'AND tenant = $1' : '';
     return `
       SELECT type, state, n FROM ${s}.job_counts WHERE true ${and}
-      UNION ALL SELECT type, old_state, -1 FROM ${s}.job_changes WHERE old_state IS NOT NULL ${and}
-      UNION ALL SELECT type, new_state, 1 FROM ${s}.job_changes WHERE new_state IS NOT NULL ${and}`;
+      UNION ALL SELECT type, old_state, -n FROM ${s}.job_changes WHERE old_state IS NOT NULL ${and}
+      UNION ALL SELECT type, new_state, n FROM ${s}.job_changes WHERE new_state IS NOT NULL ${and}`;
   };
   return {
     states: (tenant: boolean) => `SELECT state, sum(n)::bigint FROM (${counts(tenant)}) x GROUP BY state`,
@@ -100,15 +101,15 @@ function statements(s: string) {
       const and = tenant ? 'AND tenant = $2' : '';
       return `SELECT
         coalesce((SELECT sum(submitted) FROM ${s}.job_rates WHERE second >= $1 ${and}), 0)
-          + (SELECT count(*) FROM ${s}.job_changes WHERE submitted_at / 1000 >= $1 ${and}),
+          + (SELECT coalesce(sum(n), 0) FROM ${s}.job_changes WHERE submitted_at / 1000 >= $1 ${and}),
         coalesce((SELECT sum(finished) FROM ${s}.job_rates WHERE second >= $1 ${and}), 0)
-          + (SELECT count(*) FROM ${s}.job_changes WHERE finished_at / 1000 >= $1 ${and})`;
+          + (SELECT coalesce(sum(n), 0) FROM ${s}.job_changes WHERE finished_at / 1000 >= $1 ${and})`;
     },
     durations: (tenant: boolean) => {
       const and = tenant ? 'AND tenant = $2' : '';
       return `SELECT type, bucket, sum(n)::bigint FROM (
           SELECT type, bucket, n FROM ${s}.job_durations WHERE minute >= $1 ${and}
-          UNION ALL SELECT type, bucket, 1 FROM ${s}.job_changes WHERE bucket IS NOT NULL AND finished_at / 60000 >= $1 ${and}
+          UNION ALL SELECT type, bucket, n FROM ${s}.job_changes WHERE bucket IS NOT NULL AND finished_at / 60000 >= $1 ${and}
         ) x GROUP BY type, bucket`;
     },
   };

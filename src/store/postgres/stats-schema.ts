@@ -149,3 +149,100 @@ export const STATS_MIGRATION = `
     SELECT finished_at / 60000, tenant, type, ${bucket('j')}, count(*) FROM {s}.jobs j
     WHERE finished_at >= ${WINDOW_START} AND ${ENDED_WITH_TIME('j')} GROUP BY 1, 2, 3, 4;
 `;
+
+/**
+ * Migration 10: the change log written once per statement instead of once per job. Every trigger
+ * is statement-level with transition tables, and writes its changes grouped, with their count in
+ * `n`: a claim of 500 jobs of one type writes one row (-500 queued, +500 running) where it wrote
+ * 500, each through a call of a row trigger. Times are kept to the second (`submitted_at` and
+ * `finished_at` are then whole seconds, in ms), which is all the rate and run-time windows read.
+ * Updates that change no state and end nothing (heartbeats, checkpoints) write nothing: their
+ * -1 and +1 cancel out in the grouping. `compact_stats` and the reads weigh each row by `n`.
+ */
+const second = (col: string) => `${col} / 1000 * 1000`;
+
+export const STATS_BATCH_MIGRATION = `
+  ALTER TABLE {s}.job_changes ADD COLUMN n integer NOT NULL DEFAULT 1;
+
+  CREATE OR REPLACE FUNCTION {s}.jobs_stats_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    INSERT INTO {s}.job_changes (tenant, type, old_state, new_state, submitted_at, finished_at, bucket, n)
+    SELECT n.tenant, n.type, NULL, n.state, ${second('n.created_at')}, ${second('n.finished_at')},
+      CASE WHEN n.finished_at IS NOT NULL AND ${ENDED_WITH_TIME('n')} THEN ${bucket('n')} END, count(*)
+    FROM new_rows n GROUP BY 1, 2, 4, 5, 6, 7;
+    RETURN NULL;
+  END $$;
+
+  DROP TRIGGER jobs_stats_update ON {s}.jobs;
+  -- No nested loop: the end rows join old to new by id, and a plan made for a few rows must not
+  -- compare every pair when a statement changes thousands.
+  CREATE OR REPLACE FUNCTION {s}.jobs_stats_update() RETURNS trigger LANGUAGE plpgsql SET enable_nestloop = off AS $$
+  BEGIN
+    -- A statement trigger runs for statements that changed no row too (the claim's promote_due, mostly).
+    IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
+      RETURN NULL;
+    END IF;
+    INSERT INTO {s}.job_changes (tenant, type, old_state, new_state, submitted_at, finished_at, bucket, n)
+    SELECT m.tenant, m.type, CASE WHEN m.d < 0 THEN m.state END, CASE WHEN m.d > 0 THEN m.state END, NULL::bigint, NULL::bigint, NULL::integer, abs(m.d)
+    FROM (
+      SELECT x.tenant, x.type, x.state, sum(x.d)::integer AS d FROM (
+        SELECT o.tenant, o.type, o.state, -1 AS d FROM old_rows o
+        UNION ALL SELECT n.tenant, n.type, n.state, 1 FROM new_rows n
+      ) x GROUP BY x.tenant, x.type, x.state
+    ) m WHERE m.d <> 0
+    UNION ALL
+    SELECT n.tenant, n.type, NULL, NULL, NULL::bigint, ${second('n.finished_at')},
+      CASE WHEN ${ENDED_WITH_TIME('n')} THEN ${bucket('n')} END, count(*)::integer
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE n.finished_at IS NOT NULL AND o.finished_at IS DISTINCT FROM n.finished_at
+    GROUP BY 1, 2, 6, 7;
+    RETURN NULL;
+  END $$;
+  CREATE TRIGGER jobs_stats_update AFTER UPDATE ON {s}.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.jobs_stats_update();
+
+  CREATE OR REPLACE FUNCTION {s}.jobs_stats_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    INSERT INTO {s}.job_changes (tenant, type, old_state, n) SELECT o.tenant, o.type, o.state, count(*) FROM old_rows o GROUP BY 1, 2, 3;
+    RETURN NULL;
+  END $$;
+
+  CREATE OR REPLACE FUNCTION {s}.compact_stats(before_ms bigint, drop_zero boolean) RETURNS integer LANGUAGE plpgsql AS $$
+  DECLARE
+    folded integer;
+  BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('{name}:stats'), 0) THEN
+      RETURN -1;
+    END IF;
+    WITH d AS (DELETE FROM {s}.job_changes RETURNING *),
+    c AS (
+      INSERT INTO {s}.job_counts AS t (tenant, type, state, n)
+      SELECT tenant, type, state, sum(n) FROM (
+        SELECT tenant, type, old_state AS state, -n AS n FROM d WHERE old_state IS NOT NULL
+        UNION ALL SELECT tenant, type, new_state, n FROM d WHERE new_state IS NOT NULL
+      ) x GROUP BY tenant, type, state
+      ON CONFLICT (tenant, type, state) DO UPDATE SET n = t.n + excluded.n
+    ),
+    r AS (
+      INSERT INTO {s}.job_rates AS t (second, tenant, type, submitted, finished)
+      SELECT second, tenant, type, sum(sub), sum(fin) FROM (
+        SELECT submitted_at / 1000 AS second, tenant, type, n AS sub, 0 AS fin FROM d WHERE submitted_at IS NOT NULL
+        UNION ALL SELECT finished_at / 1000, tenant, type, 0, n FROM d WHERE finished_at IS NOT NULL
+      ) x WHERE second >= before_ms / 1000 GROUP BY second, tenant, type
+      ON CONFLICT (tenant, second, type) DO UPDATE SET submitted = t.submitted + excluded.submitted, finished = t.finished + excluded.finished
+    ),
+    h AS (
+      INSERT INTO {s}.job_durations AS t (minute, tenant, type, bucket, n)
+      SELECT finished_at / 60000, tenant, type, bucket, sum(n) FROM d
+      WHERE bucket IS NOT NULL AND finished_at / 60000 >= before_ms / 60000 GROUP BY 1, 2, 3, 4
+      ON CONFLICT (tenant, minute, type, bucket) DO UPDATE SET n = t.n + excluded.n
+    )
+    SELECT coalesce(sum(n), 0) INTO folded FROM d;
+    DELETE FROM {s}.job_rates WHERE second < before_ms / 1000;
+    DELETE FROM {s}.job_durations WHERE minute < before_ms / 60000;
+    IF drop_zero THEN
+      DELETE FROM {s}.job_counts WHERE n = 0;
+    END IF;
+    RETURN folded;
+  END $$;
+`;
