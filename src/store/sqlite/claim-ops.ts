@@ -75,6 +75,7 @@ export class SqliteClaimOps {
     const typeRoom = new Map<string, number>();
     const keyRoom = new Map<string, number>();
     const candidates: ClaimCandidate[] = [];
+    const heads: { t: ClaimParams['types'][number]; room: number; tenant: string; priority: number }[] = [];
     for (const t of params.types) {
       let room = this.typeRoom(t, limit);
       if (t.rateLimit && room > 0) {
@@ -88,21 +89,26 @@ export class SqliteClaimOps {
         this.keyedCandidates(t.type, t.keyConcurrency, room, caps !== undefined, keyRoom, candidates);
         continue;
       }
-      // The first (tenant, priority) queued, and whether any other follows it.
+      // The first (tenant, priority) queued: kept for the second pass.
       const head = this.stmt("SELECT tenant, priority FROM jobs WHERE state = 'queued' AND type = ? ORDER BY tenant, priority LIMIT 1").get(t.type) as unknown as
         | [string, number]
         | undefined;
-      if (head === undefined) continue;
+      if (head !== undefined) heads.push({ t, room, tenant: head[0], priority: head[1] });
+    }
+    // Second pass, over the types with queued jobs: whether another (tenant, priority) follows the
+    // first. One type alone with one pair (and no keyed candidates) is the fast path, however many
+    // types the worker registered.
+    for (const { t, room, tenant, priority } of heads) {
       // Two probes, not a row-value comparison: SQLite walks every entry equal to (tenant, priority) for that.
       const alone =
-        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant = ? AND priority > ? ORDER BY priority LIMIT 1").get(t.type, head[0], head[1]) === undefined &&
-        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant > ? ORDER BY tenant LIMIT 1").get(t.type, head[0]) === undefined;
-      if (alone && params.types.length === 1 && !t.rateLimit && capOf(caps, head[0]) === undefined) {
-        return { jobs: this.fast(params.workerId, now, t.type, head[0], room), wakeAt };
+        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant = ? AND priority > ? ORDER BY priority LIMIT 1").get(t.type, tenant, priority) === undefined &&
+        this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant > ? ORDER BY tenant LIMIT 1").get(t.type, tenant) === undefined;
+      if (alone && heads.length === 1 && candidates.length === 0 && !t.rateLimit && capOf(caps, tenant) === undefined) {
+        return { jobs: this.fast(params.workerId, now, t.type, tenant, room), wakeAt };
       }
-      const tenants = alone ? [head[0]] : this.groups('tenant', t.type);
+      const tenants = alone ? [tenant] : this.groups('tenant', t.type);
       const fetch = perGroupFetch(room, tenants.length);
-      for (const tenant of tenants) this.tenantCandidates(t.type, tenant, fetch, candidates);
+      for (const g of tenants) this.tenantCandidates(t.type, g, fetch, candidates);
     }
     if (candidates.length === 0) return { jobs: [], wakeAt };
     const tenants = [...new Set(candidates.map((c) => c.tenant))];
