@@ -292,3 +292,47 @@ describe('SqliteStore specifics', () => {
     assert.match(plan("SELECT id FROM jobs WHERE state IN ('pending', 'retrying', 'waiting') AND run_at <= ? ORDER BY run_at LIMIT 10", 0), /INDEX jobs_due/);
   });
 });
+
+describe('sqlite: the worker counts its own claims and ends (migration 10)', () => {
+  const nonZero = (counts: Record<string, number>) => Object.fromEntries(Object.entries(counts).filter(([, n]) => n !== 0));
+
+  it("claims and ends through the store are counted once, and another connection's writes through the triggers", async () => {
+    const path = tempPath();
+    const store = await openStore(path);
+    try {
+      const jobs = Array.from({ length: 20 }, (_, i) => newJob({ input: { i } }));
+      await store.insertJobs({ jobs });
+      const claimed = await store.claimJobs({ workerId: 'w', types: [{ type: 'report' }, { type: 'other' }], limit: 12, now: 1_000 });
+      assert.equal(claimed.length, 12);
+      const ends = claimed.slice(0, 5).map((j) => ({
+        id: j.id,
+        from: 'running' as const,
+        to: 'succeeded' as const,
+        lease: j.lease,
+        workerId: 'w',
+        at: 1_500,
+        reason: 'done',
+        patch: { result: null, finishedAt: 1_500, expiresAt: 100_000 },
+      }));
+      assert.deepEqual(await store.transition({ items: ends }), [true, true, true, true, true]);
+      assert.deepEqual(nonZero(await store.countByState({})), { queued: 8, running: 7, succeeded: 5 });
+      const activity = await store.activity({ since: 0, durationsSince: 0 });
+      assert.equal(activity.finished, 5);
+      assert.equal(activity.durations.reduce((n, d) => n + d.count, 0), 5);
+      // The claim marked its rows and cleared finished_at: a running job's end is always a change of it.
+      const raw = new DatabaseSync(path);
+      try {
+        const marks = raw.prepare("SELECT DISTINCT stats_seq, finished_at FROM jobs WHERE state = 'running'").all();
+        assert.deepEqual(marks.map((r) => ({ ...r })), [{ stats_seq: 1, finished_at: null }]);
+        // Another connection's write (no mark) is counted by the triggers.
+        raw.prepare("UPDATE jobs SET state = 'cancelled', finished_at = 2000 WHERE id = ?").run(claimed[5]?.id as string);
+      } finally {
+        raw.close();
+      }
+      assert.deepEqual(nonZero(await store.countByState({})), { queued: 8, running: 6, succeeded: 5, cancelled: 1 });
+      assert.equal((await store.activity({ since: 0, durationsSince: 0 })).finished, 6);
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -12,6 +12,7 @@
  * sub-select walks the queue index, as before fairness existed, after three index probes (the
  * first queued (tenant, priority), and whether another level or tenant follows it).
  */
+import type { StatsBatch } from './stats-batch.js';
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { type ClaimCandidate, DEFAULT_PRIORITY_AGING_MS, keyOf, PRIORITY_LEVELS, perGroupFetch, planClaim } from '../../core/claim-plan.js';
 import type { JobRecord } from '../../core/job.js';
@@ -30,8 +31,10 @@ interface ClaimArgs {
   ids: string;
 }
 
+// The claim counts itself (stats-batch.ts): it marks its rows (stats_seq) for the triggers to
+// skip, and clears finished_at, so that a running job's end is always a change of it.
 const CLAIM_SET = `state = 'running', lease = lease + 1, attempts = attempts + 1, worker_id = @worker,
-  started_at = @at, heartbeat_at = @at, updated_at = ${NEXT_UPDATED_AT}, stalled = 0,
+  started_at = @at, heartbeat_at = @at, updated_at = ${NEXT_UPDATED_AT}, stalled = 0, finished_at = NULL, stats_seq = stats_seq + 1,
   log = ${logEntrySql("'queued'", "'running'", 'attempts + 1', "'claimed'", '@worker')}`;
 
 const CLAIM_PARAMS = {
@@ -51,7 +54,10 @@ export class SqliteClaimOps {
   /** Per type (and per type's keys): where the last claim that hit MAX_GROUPS_PER_CLAIM stopped. */
   private readonly cursors = new Map<string, string>();
 
-  constructor(private readonly db: DatabaseSync) {
+  constructor(
+    private readonly db: DatabaseSync,
+    private readonly stats: StatsBatch,
+  ) {
     this.byIds = compile(db, `UPDATE jobs SET ${CLAIM_SET} WHERE id IN (SELECT value FROM json_each(@ids)) AND state = 'queued' RETURNING ${jobJson('jobs')}`, CLAIM_PARAMS);
     arrays(this.byIds.stmt);
   }
@@ -104,7 +110,7 @@ export class SqliteClaimOps {
         this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant = ? AND priority > ? ORDER BY priority LIMIT 1").get(t.type, tenant, priority) === undefined &&
         this.stmt("SELECT 1 FROM jobs WHERE state = 'queued' AND type = ? AND tenant > ? ORDER BY tenant LIMIT 1").get(t.type, tenant) === undefined;
       if (alone && heads.length === 1 && candidates.length === 0 && !t.rateLimit && capOf(caps, tenant) === undefined) {
-        return { jobs: this.fast(params.workerId, now, t.type, tenant, room), wakeAt };
+        return { jobs: this.counted(this.fast(params.workerId, now, t.type, tenant, room)), wakeAt };
       }
       const tenants = alone ? [tenant] : this.groups('tenant', t.type);
       const fetch = perGroupFetch(room, tenants.length);
@@ -125,7 +131,13 @@ export class SqliteClaimOps {
     const order = new Map(ids.map((id, i) => [id, i]));
     jobs.sort((a, b) => (order.get(a.id) as number) - (order.get(b.id) as number));
     this.recordStarts(params.types, jobs, now);
-    return { jobs, wakeAt };
+    return { jobs: this.counted(jobs), wakeAt };
+  }
+
+  /** The claimed jobs' move from queued to running, for the stats (see CLAIM_SET). */
+  private counted(jobs: JobRecord[]): JobRecord[] {
+    for (const job of jobs) this.stats.moved(job.tenant, job.type, 'queued', 'running');
+    return jobs;
   }
 
   /** The common claim: one UPDATE over one tenant's queue of one type, in (priority, run_at, id) order. */

@@ -3,7 +3,7 @@
  * run inside one IMMEDIATE transaction, so several processes opening the same file at once
  * apply each migration exactly once.
  */
-import { STATS_MIGRATION } from './stats-schema.js';
+import { STATS_BATCH_MIGRATION, STATS_MIGRATION } from './stats-schema.js';
 
 export const MIGRATIONS: readonly string[] = [
   // 1: jobs, progress
@@ -207,4 +207,7 @@ export const MIGRATIONS: readonly string[] = [
   `${STATS_MIGRATION}
   ALTER TABLE jobs ADD COLUMN trace_parent TEXT;
   `,
+  // 10: the worker's claims and ends count themselves, once per write, instead of through a row
+  // trigger per job (stats-batch.ts, stats-schema.ts)
+  STATS_BATCH_MIGRATION,
 ];

@@ -58,6 +58,7 @@ import { SqliteClaimOps } from './claim-ops.js';
 import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
 import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT, statementCache } from './sql.js';
+import { StatsBatch } from './stats-batch.js';
 import { checkTransition, Transitions } from './transitions.js';
 import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
@@ -150,6 +151,8 @@ export class SqliteStore implements Store {
   /** Status-poll snapshots by job id, re-sent while their version is current (see snapshot-json.ts). */
   private readonly snapshots = new SnapshotCache();
   private readonly transitions: Transitions;
+  /** What the worker's own writes count themselves (claims, ends of running jobs), written at each write's commit. */
+  private readonly statsBatch: StatsBatch;
   private readonly workflow: SqliteWorkflowOps;
   private readonly schedules: SqliteScheduleOps;
   private readonly retention: SqliteRetentionOps;
@@ -196,7 +199,8 @@ export class SqliteStore implements Store {
     this.beginStmt = this.db.prepare('BEGIN IMMEDIATE');
     this.commitStmt = this.db.prepare('COMMIT');
     this.rollbackStmt = this.db.prepare('ROLLBACK');
-    this.transitions = new Transitions(this.db);
+    this.statsBatch = new StatsBatch(this.db);
+    this.transitions = new Transitions(this.db, this.statsBatch);
     this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
     this.schedules = new SqliteScheduleOps(this.db, (fn, rows) => this.write(fn, rows));
     this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
@@ -252,8 +256,10 @@ export class SqliteStore implements Store {
     let out: T;
     try {
       out = fn();
+      this.statsBatch.flush();
       this.commitStmt.run();
     } catch (err) {
+      this.statsBatch.discard();
       if (this.db.isTransaction) this.rollbackStmt.run();
       throw err;
     }
@@ -487,7 +493,7 @@ export class SqliteStore implements Store {
   private claimSync(params: ClaimParams): { jobs: JobRecord[]; wakeAt: number | undefined } {
     const now = params.now;
     this.promoteDueSync(now, 1000);
-    this.claimOps ??= new SqliteClaimOps(this.db);
+    this.claimOps ??= new SqliteClaimOps(this.db, this.statsBatch);
     return this.claimOps.claim({ ...params, now });
   }
 

@@ -85,3 +85,23 @@ export const STATS_MIGRATION = `
     WHERE finished_at >= ${WINDOW_START} AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired')
     GROUP BY 1, 2, 3, 4;
 `;
+
+/**
+ * Migration 10: the worker's own writes (a claim, the end of a running job) report their changes
+ * themselves, grouped, at the end of their transaction (stats-batch.ts), instead of through a row
+ * trigger per job: such a write marks the rows it changes (`stats_seq = stats_seq + 1`), and the
+ * update triggers skip marked rows. Every other write leaves `stats_seq` as it is and is counted
+ * by the triggers as before. A claim also clears `finished_at`, so that a running job's is NULL.
+ */
+export const STATS_BATCH_MIGRATION = `
+  ALTER TABLE jobs ADD COLUMN stats_seq INTEGER NOT NULL DEFAULT 0;
+  DROP TRIGGER jobs_stats_state;
+  CREATE TRIGGER jobs_stats_state AFTER UPDATE OF state ON jobs WHEN OLD.state IS NOT NEW.state AND NEW.stats_seq IS OLD.stats_seq BEGIN
+    INSERT INTO job_counts (tenant, type, state, n) VALUES (OLD.tenant, OLD.type, OLD.state, -1), (NEW.tenant, NEW.type, NEW.state, 1)
+      ON CONFLICT (tenant, type, state) DO UPDATE SET n = n + excluded.n;
+  END;
+  DROP TRIGGER jobs_stats_ended;
+  CREATE TRIGGER jobs_stats_ended AFTER UPDATE OF finished_at ON jobs
+    WHEN NEW.finished_at IS NOT NULL AND OLD.finished_at IS NOT NEW.finished_at AND NEW.stats_seq IS OLD.stats_seq BEGIN ${finished(ENDED_WITH_TIME)}
+  END;
+`;

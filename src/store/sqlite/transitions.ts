@@ -7,6 +7,7 @@ import { assertTransition } from '../../core/states.js';
 import { endsRecordedAttempt } from '../../core/transitions.js';
 import type { TransitionParams } from '../store.js';
 import { type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
+import type { StatsBatch } from './stats-batch.js';
 
 const RUN_AT = 1;
 const RESULT = 2;
@@ -21,9 +22,11 @@ const CANCEL_CLEAR = 512;
 const STALLED = 1024;
 const EXPECT_LEASE = 2048;
 const EXPECT_CANCEL = 4096;
+/** A running job's transition counts itself (stats-batch.ts): it marks the row and returns what the stats need. */
+const OWN_STATS = 8192;
 
 function shapeOf(p: TransitionParams): number {
-  let shape = (p.lease !== undefined ? EXPECT_LEASE : 0) | (p.cancelRequested !== undefined ? EXPECT_CANCEL : 0);
+  let shape = (p.lease !== undefined ? EXPECT_LEASE : 0) | (p.cancelRequested !== undefined ? EXPECT_CANCEL : 0) | (p.from === 'running' ? OWN_STATS : 0);
   const patch = p.patch;
   if (patch === undefined) return shape;
   if (patch.runAt !== undefined) shape |= RUN_AT;
@@ -84,10 +87,11 @@ function sqlOf(shape: number): string {
   else if (shape & CANCEL_CLEAR) sets.push('cancel_requested = 0', 'cancel_reason = NULL', 'cancel_requested_at = NULL');
   if (shape & STALLED) sets.push('stalled = @stalled');
   sets.push(`log = ${logEntrySql('@from', '@to', attempt, '@reason', '@worker')}`);
+  if (shape & OWN_STATS) sets.push('stats_seq = stats_seq + 1');
   const where = ['id = @id', 'state = @from'];
   if (shape & EXPECT_LEASE) where.push('lease = @lease');
   if (shape & EXPECT_CANCEL) where.push('cancel_requested = @expectCancel');
-  return `UPDATE jobs SET ${sets.join(', ')} WHERE ${where.join(' AND ')}`;
+  return `UPDATE jobs SET ${sets.join(', ')} WHERE ${where.join(' AND ')}${shape & OWN_STATS ? ' RETURNING tenant, type, started_at' : ''}`;
 }
 
 /** Refuses what core does not allow; stores call this for every item before writing any. */
@@ -118,7 +122,10 @@ export class Transitions {
   private recordAttempt: StatementSync | null = null;
 
   /** Statements are prepared on first use: the tables exist only once the store migrated. */
-  constructor(private readonly db: DatabaseSync) {}
+  constructor(
+    private readonly db: DatabaseSync,
+    private readonly stats: StatsBatch,
+  ) {}
 
   /** Applies one checked transition inside the caller's write transaction; false when the CAS lost. */
   apply(p: TransitionParams): boolean {
@@ -128,7 +135,17 @@ export class Transitions {
       compiled = compile(this.db, sqlOf(shape), PARAMS);
       this.byShape.set(shape, compiled);
     }
-    const applied = compiled.stmt.run(...compiled.args(p)).changes === 1;
+    let applied: boolean;
+    if (shape & OWN_STATS) {
+      const row = compiled.stmt.get(...compiled.args(p)) as { tenant: string; type: string; started_at: number | null } | undefined;
+      applied = row !== undefined;
+      if (row) {
+        this.stats.moved(row.tenant, row.type, p.from, p.to);
+        // A running job's finished_at is NULL (the claim clears it): setting one is an end.
+        const finishedAt = p.patch?.finishedAt;
+        if (finishedAt !== undefined && finishedAt !== null) this.stats.ended(row.tenant, row.type, p.to, finishedAt, row.started_at === null ? null : Number(row.started_at));
+      }
+    } else applied = compiled.stmt.run(...compiled.args(p)).changes === 1;
     if (applied && p.to === 'expired') {
       this.dropProgress ??= this.db.prepare('DELETE FROM job_progress WHERE job_id = ?');
       this.dropProgress.run(p.id);
