@@ -126,7 +126,8 @@ export interface DeadLetterGroupView {
  */
 export interface DeadLetterSelection {
   type?: string;
-  code?: string;
+  /** The error code; null: only the jobs that failed without one (the group listed with `code: null`). */
+  code?: string | null;
   /** Failed at or after this time. */
   failedAfter?: string | number;
   /** Failed before this time. */
