@@ -30,11 +30,21 @@ export async function failedThroughStore(store: Store, params: { tenant: string;
   }));
   await store.insertJobs({ jobs });
   const ids = new Set(jobs.map((j) => j.id));
-  const claimed = (await store.claimJobs({ workerId: 'test', types: [{ type: params.type }], limit: params.count + 100, now: at })).filter((j) => ids.has(j.id));
+  const claimed = (await store.claimJobs({ workerId: 'test', types: [{ type: params.type }], limit: params.count + 100, now: at })).filter((j) =>
+    ids.has(j.id),
+  );
   assert.equal(claimed.length, params.count, 'every job made is claimed');
   const error = params.code === undefined ? {} : { error: { message: `failed with ${params.code}`, code: params.code, retryable: false } };
   const applied = await store.transition({
-    items: claimed.map((j) => ({ id: j.id, from: 'running' as const, to: 'failed' as const, lease: j.lease, reason: 'fatal', at, patch: { finishedAt: at, ...error } })),
+    items: claimed.map((j) => ({
+      id: j.id,
+      from: 'running' as const,
+      to: 'failed' as const,
+      lease: j.lease,
+      reason: 'fatal',
+      at,
+      patch: { finishedAt: at, ...error },
+    })),
   });
   assert.ok(applied.every(Boolean), 'every job failed');
   return jobs.map((j) => j.id);

@@ -3,7 +3,7 @@
  * run inside one IMMEDIATE transaction, so several processes opening the same file at once
  * apply each migration exactly once.
  */
-import { STATS_MIGRATION } from './stats-schema.js';
+import { STATS_MIGRATION, SWEEP_HEALTH_MIGRATION } from './stats-schema.js';
 
 export const MIGRATIONS: readonly string[] = [
   // 1: jobs, progress
@@ -207,4 +207,7 @@ export const MIGRATIONS: readonly string[] = [
   `${STATS_MIGRATION}
   ALTER TABLE jobs ADD COLUMN trace_parent TEXT;
   `,
+  // 10: what the sweeper found, cluster-wide: running jobs flagged stalled (a partial index) and
+  // zombies reaped per minute (a trigger on the attempt rows); stats-schema.ts
+  SWEEP_HEALTH_MIGRATION,
 ];
