@@ -14,6 +14,7 @@ import { DEAD_LETTER_BATCH, MAX_DEAD_LETTER_IDS, MAX_PAGE_LIMIT } from '../../co
 import type { DeadLetterSelection } from '../../longhaul.js';
 import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
+import { isAdmin, tenantQueryField } from '../tenant-scope.js';
 
 const problemRef = { $ref: 'Problem#' } as const;
 const errors = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemRef]));
@@ -65,7 +66,7 @@ export const deadLetterSchemas = {
     summary: "A job's attempts: each one's error, stack, worker and times, oldest first",
     tags: ['jobs'],
     params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } },
-    querystring: { type: 'object', additionalProperties: false, properties: { limit: limitQuery, cursor: { type: 'string', maxLength: 32 } } },
+    querystring: { type: 'object', additionalProperties: false, properties: { limit: limitQuery, cursor: { type: 'string', maxLength: 32 }, tenant: tenantQueryField } },
     response: {
       200: {
         type: 'object',
@@ -89,7 +90,7 @@ export const deadLetterSchemas = {
           nextCursor: nullableString,
         },
       },
-      ...errors(400, 401, 404),
+      ...errors(400, 401, 403, 404),
     },
   },
   groups: {
@@ -175,7 +176,7 @@ interface FilterFields {
  */
 function selectionOf(ctx: AppContext, request: FastifyRequest, fields: FilterFields): DeadLetterSelection {
   const { tenant: asked, ...rest } = fields;
-  const admin = !ctx.authEnabled || ctx.adminTenants.has(request.tenant);
+  const admin = isAdmin(ctx, request.tenant);
   if (asked !== undefined && asked !== request.tenant && !admin) {
     throw new HttpProblem(403, 'FORBIDDEN', "acting on another tenant's dead letters needs an admin API key (a tenant listed in LONGHAUL_ADMIN_TENANTS)");
   }
@@ -210,7 +211,8 @@ export function registerDeadLetterRoutes(app: FastifyInstance, ctx: AppContext):
 
   app.get<{ Params: { id: string }; Querystring: { limit?: string; cursor?: string } }>(
     '/v1/jobs/:id/attempts',
-    { schema: deadLetterSchemas.attempts },
+    // An admin's `tenant` parameter: another tenant's job (../tenant-scope.ts).
+    { schema: deadLetterSchemas.attempts, config: { tenantScope: true } },
     async (request) => {
       const limit = limitOf(request.query.limit);
       return lh.attempts(request.params.id, {
