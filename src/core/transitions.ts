@@ -330,7 +330,8 @@ export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'max
 /**
  * The reasons of the transitions that hand on a zombie (a running job whose worker stopped
  * heartbeating: reapLostWorker, and forceCancel for one whose cancel was requested). The stores
- * count the attempts that end with one of these, cluster-wide (`Store.sweepHealth`).
+ * count the attempts that end with one of these, cluster-wide (`Store.sweepHealth`): their
+ * triggers (SQLite migration 10, PostgreSQL 11) hold these strings, so changing one needs a new migration.
  */
 export const ZOMBIE_REASONS: readonly string[] = [
   'heartbeat lost; requeued',
