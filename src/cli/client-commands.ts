@@ -54,12 +54,13 @@ function describeJob(job: JobSnapshot): string {
 }
 
 /** The `ls` command line of the next page (filters repeated; never the URL or the API key). */
-function nextPageCommand(flags: { status?: string; type?: string; parent?: string; limit: string }, cursor: string): string {
+function nextPageCommand(flags: { status?: string; type?: string; parent?: string; tenant?: string; limit: string }, cursor: string): string {
   const quote = (v: string) => (/^[\w.,:/=-]+$/.test(v) ? v : `'${v.replaceAll("'", "'\\''")}'`);
   const args = ['longhaul ls'];
   if (flags.status) args.push(`--status ${quote(flags.status)}`);
   if (flags.type) args.push(`--type ${quote(flags.type)}`);
   if (flags.parent) args.push(`--parent ${quote(flags.parent)}`);
+  if (flags.tenant) args.push(`--tenant ${quote(flags.tenant)}`);
   if (flags.limit !== '20') args.push(`--limit ${quote(flags.limit)}`);
   args.push(`--cursor ${quote(cursor)}`);
   return args.join(' ');
@@ -140,7 +141,8 @@ export function registerClientCommands(program: Command): void {
     .option('--parent <id>', "only this job's children (oldest first)")
     .option('--limit <n>', 'at most this many', '20')
     .option('--cursor <c>', 'the next page: the cursor a previous ls printed')
-    .action(async (flags: ClientFlags & { status?: string; type?: string; parent?: string; limit: string; cursor?: string }) => {
+    .option('--tenant <tenant>', "admins only: another tenant's jobs, or * for every tenant's")
+    .action(async (flags: ClientFlags & { status?: string; type?: string; parent?: string; tenant?: string; limit: string; cursor?: string }) => {
       const limit = Number(flags.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new CliError('--limit must be an integer from 1 to 1000');
       const page = await clientFrom(flags)
@@ -150,6 +152,7 @@ export function registerClientCommands(program: Command): void {
           ...(flags.type ? { type: flags.type } : {}),
           ...(flags.parent ? { parentId: flags.parent } : {}),
           ...(flags.cursor ? { cursor: flags.cursor } : {}),
+          ...(flags.tenant ? { tenant: flags.tenant } : {}),
         })
         .catch((err: unknown) => {
           throw new CliError(describeFailure(err, flags));

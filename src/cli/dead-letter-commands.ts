@@ -10,7 +10,8 @@ import { CliError } from './runtime.js';
 
 interface FilterFlags extends ClientFlags {
   type?: string;
-  code?: string;
+  /** false: --no-code, the jobs that failed without an error code. */
+  code?: string | false;
   since?: string;
   until?: string;
   tenant?: string;
@@ -30,7 +31,8 @@ export function parseTimeFlag(name: string, text: string, now = Date.now()): str
 function filterOf(flags: FilterFlags): DeadLetterFilter {
   const filter: DeadLetterFilter = {};
   if (flags.type !== undefined) filter.type = flags.type;
-  if (flags.code !== undefined) filter.code = flags.code;
+  if (flags.code === false) filter.code = null;
+  else if (flags.code !== undefined) filter.code = flags.code;
   if (flags.tenant !== undefined) filter.tenant = flags.tenant;
   if (flags.since !== undefined) filter.failedAfter = parseTimeFlag('since', flags.since);
   if (flags.until !== undefined) filter.failedBefore = parseTimeFlag('until', flags.until);
@@ -40,7 +42,8 @@ function filterOf(flags: FilterFlags): DeadLetterFilter {
 const filterOptions = (cmd: Command): Command =>
   cmd
     .option('--type <type>', 'only jobs of this task type')
-    .option('--code <code>', "only jobs whose error has this code")
+    .option('--code <code>', 'only jobs whose error has this code')
+    .option('--no-code', 'only jobs that failed without an error code (the group listed as "(no code)")')
     .option('--since <time>', 'only jobs that failed at or after this time (ISO date-time, or a duration ago: 2h, 7d)')
     .option('--until <time>', 'only jobs that failed before this time (same forms)')
     .option('--tenant <tenant>', "admins only: another tenant's jobs, or * for every tenant's");
@@ -64,7 +67,8 @@ function attemptLine(a: JobAttempt, stack: boolean): string {
 function describeFilter(filter: DeadLetterFilter, ids: string[] | undefined): string {
   const parts: string[] = [];
   if (filter.type) parts.push(`type ${filter.type}`);
-  if (filter.code) parts.push(`code ${filter.code}`);
+  if (filter.code === null) parts.push('no error code');
+  else if (filter.code) parts.push(`code ${filter.code}`);
   if (filter.failedAfter) parts.push(`failed since ${String(filter.failedAfter)}`);
   if (filter.failedBefore) parts.push(`failed before ${String(filter.failedBefore)}`);
   if (ids) parts.push(`${ids.length} id(s)`);
@@ -114,7 +118,7 @@ export function registerDeadLetterCommands(program: Command): void {
     }
   });
 
-  filterOptions(common(dl.command('jobs').description('the failed jobs of a filter (a group: --type and --code), newest failure first')))
+  filterOptions(common(dl.command('jobs').description('the failed jobs of a filter (a group: --type and --code, or --no-code), newest failure first')))
     .option('--limit <n>', 'jobs per page (1 to 1000)', '50')
     .option('--cursor <cursor>', 'the next page (from the previous output)')
     .action(async (flags: FilterFlags & { limit: string; cursor?: string }) => {

@@ -152,6 +152,7 @@ export class LonghaulClient {
     if (filters.q !== undefined) query.set('q', filters.q);
     if (filters.limit !== undefined) query.set('limit', String(filters.limit));
     if (filters.cursor !== undefined) query.set('cursor', filters.cursor);
+    if (filters.tenant !== undefined) query.set('tenant', filters.tenant);
     const res = await this.request('GET', '/v1/jobs', { query, signal: filters.signal });
     const page = parseJson(await res.text()) as { items: JobSnapshot[]; nextCursor?: string | null };
     return { items: page.items, nextCursor: page.nextCursor ?? null };

@@ -6,7 +6,10 @@
 import type { DeadLetterSelection } from '../core/api-types.js';
 import type { RequestOptions } from './options.js';
 
-/** Which failed jobs to act on or list; times may be Dates. `tenant` (admins): another tenant, or '*' for all. */
+/**
+ * Which failed jobs to act on or list; times may be Dates. `tenant` (admins): another tenant, or
+ * '*' for all. `code: null`: the jobs that failed without an error code (their group's `code`).
+ */
 export interface DeadLetterFilter extends Omit<DeadLetterSelection, 'failedAfter' | 'failedBefore' | 'ids'> {
   /** Failed at or after this time. */
   failedAfter?: Date | string | number;
@@ -36,10 +39,13 @@ function time(value: Date | string | number): string {
 /** The query of a listing: the filter, `limit` and `cursor`. */
 export function deadLetterQuery(options: DeadLetterListOptions): URLSearchParams {
   const query = new URLSearchParams();
-  for (const key of ['tenant', 'type', 'code'] as const) {
+  for (const key of ['tenant', 'type'] as const) {
     const v = options[key];
     if (v !== undefined) query.set(key, v);
   }
+  // A query string has no null: the group without an error code is `noCode=true`.
+  if (options.code === null) query.set('noCode', 'true');
+  else if (options.code !== undefined) query.set('code', options.code);
   if (options.failedAfter !== undefined) query.set('failedAfter', time(options.failedAfter));
   if (options.failedBefore !== undefined) query.set('failedBefore', time(options.failedBefore));
   if (options.limit !== undefined) query.set('limit', String(options.limit));

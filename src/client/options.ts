@@ -83,6 +83,8 @@ export interface ListFilters extends RequestOptions {
   /** Page size, 1–1000 (server default 50). */
   limit?: number;
   cursor?: string;
+  /** Admin keys: another tenant's jobs, or '*' for every tenant's (a tenant key naming another tenant gets a 403). */
+  tenant?: string;
 }
 
 export interface StreamTokenRequest extends RequestOptions {

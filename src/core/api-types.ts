@@ -29,6 +29,12 @@ export interface JobStats {
   rates: { submittedPerMinute: number; finishedPerMinute: number };
   /** Run time (startedAt → finishedAt of the last attempt) in ms per task type, over jobs finished in the last 15 minutes. */
   durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
+  /**
+   * What the sweeper found, read from the database (the same on every server, whichever
+   * process is the elected sweeper): running jobs flagged stalled now, and zombies (running jobs
+   * whose worker stopped heartbeating) reaped in the last 15 minutes.
+   */
+  sweeper: { stalled: number; zombiesReaped: number };
 }
 
 /** A short-lived token for `EventSource` / WebSocket URLs (`?token=`), from `POST /v1/stream-tokens`. */
@@ -126,7 +132,8 @@ export interface DeadLetterGroupView {
  */
 export interface DeadLetterSelection {
   type?: string;
-  code?: string;
+  /** The error code; null: only the jobs that failed without one (the group listed with `code: null`). */
+  code?: string | null;
   /** Failed at or after this time. */
   failedAfter?: string | number;
   /** Failed before this time. */

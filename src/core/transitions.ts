@@ -327,6 +327,19 @@ export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'max
   };
 }
 
+/**
+ * The reasons of the transitions that hand on a zombie (a running job whose worker stopped
+ * heartbeating: reapLostWorker, and forceCancel for one whose cancel was requested). The stores
+ * count the attempts that end with one of these, cluster-wide (`Store.sweepHealth`): their
+ * triggers (migration 11 on both stores) hold these strings, so changing one needs a new migration.
+ */
+export const ZOMBIE_REASONS: readonly string[] = [
+  'heartbeat lost; requeued',
+  'heartbeat lost; attempts exhausted',
+  'cancelled (heartbeat lost)',
+  'timeout (heartbeat lost)',
+];
+
 /** Flags a running job that reported no progress for its stall timeout. */
 export function flagStalled(job: JobRef & Pick<JobRecord, 'workerId'>, now: number): TransitionParams {
   return { id: job.id, from: 'running', to: 'running', lease: job.lease, reason: 'stalled: no progress', at: now, workerId: job.workerId, patch: { stalled: true } };

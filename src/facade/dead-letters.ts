@@ -26,8 +26,8 @@ import { type ReadContext, snapshots, type TenantScope } from './reads.js';
  */
 export interface DeadLetterSelection extends TenantScope {
   type?: string;
-  /** The job's error code (`error.code`). */
-  code?: string;
+  /** The job's error code (`error.code`); null: only the jobs that failed without one (their group lists `code: null`). */
+  code?: string | null;
   /** Failed at or after this time (a Date, an ISO 8601 string or ms since the epoch). */
   failedAfter?: Date | string | number;
   /** Failed before this time. */
@@ -79,7 +79,7 @@ export function deadLetterFilter(selection: DeadLetterSelection): DeadLetterFilt
   const filter: DeadLetterFilter = {};
   const tenant = optionalString(selection.tenant, 'tenant');
   const type = optionalString(selection.type, 'type');
-  const code = optionalString(selection.code, 'code');
+  const code = selection.code === null ? null : optionalString(selection.code, 'code');
   if (tenant !== undefined) filter.tenant = tenant;
   if (type !== undefined) filter.type = type;
   if (code !== undefined) filter.code = code;
@@ -94,7 +94,7 @@ export function deadLetterFilter(selection: DeadLetterSelection): DeadLetterFilt
     if (selection.ids.length > MAX_DEAD_LETTER_IDS) throw new InvalidOptionsError(`ids may name at most ${MAX_DEAD_LETTER_IDS} jobs`, 'ids');
     filter.ids = selection.ids.filter((id) => !hasUnstorable(id));
   }
-  if ([filter.tenant, filter.type, filter.code].some((s) => s !== undefined && hasUnstorable(s))) return null;
+  if ([filter.tenant, filter.type, filter.code].some((s) => typeof s === 'string' && hasUnstorable(s))) return null;
   return filter;
 }
 

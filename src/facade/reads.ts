@@ -223,14 +223,20 @@ export async function transitions(store: JobQueueStore, id: string, scope: Tenan
 
 /**
  * Counts by state, submission/completion rates over the last minute, run-time percentiles per
- * type over 15 minutes: all from the counters and buckets the store keeps as jobs change
+ * type over 15 minutes, stalled jobs now and zombies reaped over 15 minutes: all from the counters and buckets the store keeps as jobs change
  * (core/stats-window.ts), so the cost does not grow with the number of jobs.
  */
 export async function stats(store: JobQueueStore, scope: TenantScope): Promise<JobStats> {
   const now = Date.now();
-  const [counts, activity] = await Promise.all([
+  const [counts, activity, sweeper] = await Promise.all([
     store.countByState(scope),
     store.activity({ ...scope, since: now - RATE_WINDOW_MS, durationsSince: now - DURATION_WINDOW_MS }),
+    store.sweepHealth({ ...scope, reapedSince: now - DURATION_WINDOW_MS }),
   ]);
-  return { counts, rates: { submittedPerMinute: activity.submitted, finishedPerMinute: activity.finished }, durations: durationPercentiles(activity.durations) };
+  return {
+    counts,
+    rates: { submittedPerMinute: activity.submitted, finishedPerMinute: activity.finished },
+    durations: durationPercentiles(activity.durations),
+    sweeper,
+  };
 }

@@ -9,7 +9,9 @@
  *   norm for per-process counters, which restart from 0 with the process.
  * - `longhaul_jobs{state,task_type}` is a gauge read from the store's counters at each scrape
  *   (store.countByTypeAndState, whose cost does not grow with the jobs table): every instance
- *   answers the same, so an autoscaler may scrape any one of them.
+ *   answers the same, so an autoscaler may scrape any one of them. So is `longhaul_stalled_jobs`
+ *   (store.sweepHealth: a partial index of the stalled jobs), unlike the sweeper's counters,
+ *   which only the elected sweeper's process increments.
  * - Node's default metrics (event-loop lag, heap, CPU, handles) come from prom-client.
  *
  * Labels are `task_type`, `state`, `outcome`, `method`, `route`, `status`: never a job id or a
@@ -95,6 +97,14 @@ export class LonghaulMetrics {
       async collect() {
         this.reset();
         for (const r of await store.countByTypeAndState({})) this.set({ state: r.state, task_type: r.type }, r.count);
+      },
+    });
+    new Gauge({
+      name: 'longhaul_stalled_jobs',
+      help: 'Running jobs flagged stalled now (no progress for their stall timeout), all tenants, read from the store: the same on every instance, whichever one sweeps.',
+      registers,
+      async collect() {
+        this.set((await store.sweepHealth({ reapedSince: Date.now() })).stalled);
       },
     });
     this.defaultMetrics = options.defaultMetrics !== false;

@@ -25,6 +25,7 @@ import { registerDeadLetterRoutes } from './routes/dead-letters.js';
 import { registerWorkflowRoutes } from './routes/workflow.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
+import { type TenantScopeConfig, tenantScopeHook } from './tenant-scope.js';
 import { acceptWebSockets } from './websocket.js';
 import { parseJson } from '../core/json-text.js';
 import { redactUrl } from '../core/log-fields.js';
@@ -135,6 +136,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     streamBufferBytes: options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES,
     authEnabled: keys.length > 0,
     adminTenants: new Set(options.adminTenants ?? []),
+    keyTenants: [...new Set(keys.map((k) => k.tenant))].sort(),
     log: app.log,
     streams: new Set(),
     closing: false,
@@ -227,10 +229,15 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     if (!route.url?.startsWith('/v1/')) return;
     // Signed result URLs carry their own authorisation (checked by the route).
     if (route.config?.signedUrl) return;
+    // An admin's `tenant` parameter (tenant-scope.ts), checked once the caller is known.
+    const scoped = route.config?.tenantScope ? [tenantScopeHook(ctx, route.config.tenantScope)] : [];
     // Without API keys every request is the default tenant's: only streams read a token (it
     // may name the streams it opens); elsewhere there is nothing to check.
-    if (!ctx.authEnabled && !route.config?.streamRoute) return;
-    route.onRequest = [route.config?.streamRoute ? authenticateStream : authenticateApi, ...hookList(route.onRequest)];
+    if (!ctx.authEnabled && !route.config?.streamRoute) {
+      if (scoped.length > 0) route.onRequest = [...scoped, ...hookList(route.onRequest)];
+      return;
+    }
+    route.onRequest = [route.config?.streamRoute ? authenticateStream : authenticateApi, ...scoped, ...hookList(route.onRequest)];
   });
 
   app.addSchema(snapshotSchema);
@@ -297,6 +304,8 @@ async function filesOf(lh: Longhaul): Promise<UploadRouteOptions & ResultRouteOp
 declare module 'fastify' {
   interface FastifyContextConfig {
     streamRoute?: boolean;
+    /** Takes an admin's `tenant` query parameter (tenant-scope.ts). */
+    tenantScope?: TenantScopeConfig;
   }
   interface FastifyInstance {
     /** The per-job subscription hub shared by SSE and WebSocket clients. */

@@ -18,6 +18,8 @@ export interface AppContext {
   authEnabled: boolean;
   /** Tenants whose API keys may act on every tenant (purge, dead letters): LONGHAUL_ADMIN_TENANTS. */
   adminTenants: ReadonlySet<string>;
+  /** The tenants of the configured API keys, sorted (what `GET /v1/whoami` suggests to an admin). */
+  keyTenants: readonly string[];
   log: FastifyBaseLogger;
   /** Closers of the open SSE responses: ended on shutdown, or app.close() would wait for them forever. */
   streams: Set<() => void>;

@@ -5,6 +5,7 @@
 import { JOB_STATES } from '../core/states.js';
 import { PRIORITIES } from '../core/job.js';
 import { MAX_ATTEMPTS_LIMIT, MAX_BATCH_JOBS, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
+import { tenantQueryAllField, tenantQueryField } from './tenant-scope.js';
 
 const nullableString = { type: ['string', 'null'] } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
@@ -208,6 +209,9 @@ const idParams = {
 
 const errors = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemRef]));
 
+/** An admin's `tenant` (tenant-scope.ts) on one job's routes. */
+const tenantQuery = { type: 'object', properties: { tenant: tenantQueryField } } as const;
+
 /** A `{items: [...]}` answer whose items are objects with these properties. */
 const itemList = <P extends Record<string, unknown>>(properties: P) =>
   ({ type: 'object', properties: { items: { type: 'array', items: { type: 'object', properties } } } }) as const;
@@ -249,7 +253,7 @@ export const routeSchemas = {
       ...errors(400, 401, 404, 409, 413, 415, 422),
     },
   },
-  get: { summary: 'Get a job', tags: ['jobs'], params: idParams, response: { 200: snapshotRef, ...errors(401, 404, 410) } },
+  get: { summary: 'Get a job', tags: ['jobs'], params: idParams, querystring: tenantQuery, response: { 200: snapshotRef, ...errors(400, 401, 403, 404, 410) } },
   list: {
     summary: 'List jobs, newest first',
     tags: ['jobs'],
@@ -260,21 +264,29 @@ export const routeSchemas = {
         type: { type: 'string' },
         parentId: { type: 'string', maxLength: 64, description: "only this job's children (ctx.spawn), oldest first" },
         q: { type: 'string', description: 'only jobs whose id or metadata (as JSON text) contains this text; letters A to Z without case; at most 200 characters' },
+        tenant: tenantQueryAllField,
         limit: { type: 'string', description: 'an integer from 1 to 1000, default 50' },
         cursor: { type: 'string' },
       },
     },
     response: {
       200: { type: 'object', properties: { items: { type: 'array', items: snapshotRef }, nextCursor: nullableString } },
-      ...errors(400, 401),
+      ...errors(400, 401, 403),
     },
   },
-  cancel: { summary: 'Cancel a job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
-  retry: { summary: 'Retry a failed or cancelled job', tags: ['jobs'], params: idParams, response: { 202: snapshotRef, ...errors(401, 404, 409) } },
+  cancel: { summary: 'Cancel a job', tags: ['jobs'], params: idParams, querystring: tenantQuery, response: { 202: snapshotRef, ...errors(400, 401, 403, 404, 409) } },
+  retry: {
+    summary: 'Retry a failed or cancelled job',
+    tags: ['jobs'],
+    params: idParams,
+    querystring: tenantQuery,
+    response: { 202: snapshotRef, ...errors(400, 401, 403, 404, 409) },
+  },
   checkpoint: {
     summary: "A job's last saved checkpoint",
     tags: ['jobs'],
     params: idParams,
+    querystring: tenantQuery,
     response: {
       200: {
         type: 'object',
@@ -288,13 +300,14 @@ export const routeSchemas = {
           },
         },
       },
-      ...errors(401, 404),
+      ...errors(400, 401, 403, 404),
     },
   },
   transitions: {
     summary: "A job's transition log",
     tags: ['jobs'],
     params: idParams,
+    querystring: tenantQuery,
     response: {
       200: itemList({
         from: nullableString,
@@ -304,13 +317,14 @@ export const routeSchemas = {
         attempt: { type: 'integer' },
         workerId: nullableString,
       }),
-      ...errors(401, 404),
+      ...errors(400, 401, 403, 404),
     },
   },
   webhooks: {
     summary: "A job's webhook delivery log",
     tags: ['jobs'],
     params: idParams,
+    querystring: tenantQuery,
     response: {
       200: itemList({
         deliveryId: { type: 'string' },
@@ -324,16 +338,20 @@ export const routeSchemas = {
         durationMs: { type: 'integer' },
         response: nullableString,
       }),
-      ...errors(401, 404),
+      ...errors(400, 401, 403, 404),
     },
   },
   jobEvents: {
     summary: 'Server-Sent Events of one job',
     tags: ['streams'],
     params: idParams,
-    querystring: { type: 'object', properties: { token: { type: 'string' } } },
+    querystring: { type: 'object', properties: { token: { type: 'string' }, tenant: tenantQueryField } },
   },
-  feed: { summary: "Server-Sent Events of every change to the tenant's jobs", tags: ['streams'], querystring: { type: 'object', properties: { token: { type: 'string' } } } },
+  feed: {
+    summary: "Server-Sent Events of every change to the tenant's jobs",
+    tags: ['streams'],
+    querystring: { type: 'object', properties: { token: { type: 'string' }, tenant: tenantQueryField } },
+  },
   streamToken: {
     summary: 'Mint a short-lived token for EventSource / WebSocket',
     tags: ['streams'],
@@ -349,6 +367,22 @@ export const routeSchemas = {
     response: { 201: { type: 'object', properties: { token: { type: 'string' }, expiresAt: { type: 'string', format: 'date-time' } } }, ...errors(400, 401) },
   },
   stats: { summary: 'Counts, rates and durations', tags: ['ops'] },
+  whoami: {
+    summary: "The caller's tenant, and whether it is an admin (may name other tenants with tenant=)",
+    tags: ['ops'],
+    response: {
+      200: {
+        type: 'object',
+        required: ['tenant', 'admin', 'tenants'],
+        properties: {
+          tenant: { type: 'string' },
+          admin: { type: 'boolean', description: 'a tenant in LONGHAUL_ADMIN_TENANTS, or any caller of a server without API keys' },
+          tenants: { type: 'array', items: { type: 'string' }, description: "admins: the tenants of the configured API keys (suggestions, not every tenant that has jobs); others: their own" },
+        },
+      },
+      ...errors(401),
+    },
+  },
   scheduleCreate: {
     summary: 'Create a schedule',
     tags: ['schedules'],

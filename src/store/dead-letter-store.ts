@@ -31,8 +31,8 @@ export interface DeadLetterFilter {
   /** Absent: every tenant's (an admin's view). */
   tenant?: string;
   type?: string;
-  /** The failed job's error code. */
-  code?: string;
+  /** The failed job's error code; null: only jobs that failed without one (the group listed with code null). */
+  code?: string | null;
   /** Failed at or after this time (its finishedAt). */
   failedFrom?: number;
   /** Failed before this time. */

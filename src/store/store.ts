@@ -276,6 +276,14 @@ export interface Activity {
   durations: DurationBucketCount[];
 }
 
+/** See JobQueueStore.sweepHealth. */
+export interface SweepHealth {
+  /** Running jobs flagged stalled (no progress for their stall timeout), now. */
+  stalled: number;
+  /** Zombies reaped in the window. */
+  zombiesReaped: number;
+}
+
 /** Jobs of one task type in one state. */
 export interface TypeStateCount {
   type: string;
@@ -417,6 +425,14 @@ export interface JobQueueStore {
   countByTypeAndState(params: { tenant?: string }): Promise<TypeStateCount[]>;
   /** Jobs submitted and ended since `since` (to the second), and run-time buckets of jobs ended since `durationsSince` (to the minute). */
   activity(params: ActivityParams): Promise<Activity>;
+  /**
+   * What the (elected) sweeper found, cluster-wide: running jobs flagged stalled now, and zombies
+   * reaped (attempts ended with one of core's ZOMBIE_REASONS) from the minute of `reapedSince` on;
+   * one tenant's, or every tenant's without `tenant`. Reaps are counted per minute as their
+   * attempt is recorded (same transaction), so deleting the job later does not uncount them; the
+   * cost is the stalled jobs plus the minutes of the window, never the jobs table.
+   */
+  sweepHealth(params: { tenant?: string; reapedSince: number }): Promise<SweepHealth>;
   /**
    * Upkeep of the stats (the sweeper's pass): drops rate and run-time buckets older than
    * `before`, and folds counter changes written since the last call (stores that log changes

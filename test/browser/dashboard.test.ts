@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { browserMissing, type DashboardServer, launchBrowser, screenshot, startDashboardServer, watchPage } from '../support/browser.js';
+import { failedThroughStore } from '../support/dead-letters.js';
 
 const WAIT = { timeout: 30_000 };
 const missing = browserMissing();
@@ -47,6 +48,10 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
       const row = [...document.querySelectorAll('[data-testid="state-counts"] tr')].find((r) => r.querySelector('th')?.textContent === 'failed');
       return row?.querySelector('.num')?.textContent === '1';
     }, undefined, WAIT);
+    // Stalled jobs now and zombies reaped: read from the database by /v1/stats.
+    for (const tile of ['tile-stalled', 'tile-zombies']) {
+      await page.locator(`[data-testid="${tile}"] .tile-value`, { hasText: /^\d+$/ }).waitFor(WAIT);
+    }
     // The chart library arrives in its own file, on first use, and draws.
     await page.locator('.chart-canvas canvas').waitFor(WAIT);
     // Queues per task type come from /metrics where the server has it; otherwise the page says so.
@@ -66,7 +71,9 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     });
     const typeField = page.getByLabel('Task type');
     await typeField.waitFor(WAIT);
-    if ((await typeField.evaluate((el) => el.tagName)) === 'SELECT') {
+    // The form shows a text field until the task types arrive: ask the server, not the first render.
+    if ((await fetch(`${server.base}/v1/task-types`)).status === 200) {
+      await page.locator('select#submit-type').waitFor(WAIT);
       // A server with GET /v1/task-types: the type is picked and the input form is built from
       // demo.sleep's JSON Schema (integer fields steps and stepMs).
       await typeField.selectOption('demo.sleep');
@@ -241,17 +248,52 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     await loneGroup.waitFor({ ...WAIT, state: 'detached' });
     assert.deepEqual(problems, []);
   });
+
+  it('replays, then discards, the group of jobs that failed without an error code, as a group', async () => {
+    // Made through the store: no task fails without a code. The type has no worker, so a replayed job waits.
+    const ids = await failedThroughStore(server.lh.store, { tenant: 'default', type: 'web.nocode', count: 3 });
+    // Jobs failed through the store announce nothing: the page is opened afresh to list them.
+    await page.goto('/#/');
+    await page.goto('/#/dead-letters');
+    const group = page.locator('tr[data-group="web.nocode / no code"]');
+    await group.waitFor(WAIT);
+    await group.getByRole('button', { name: /^Show jobs/ }).click();
+    for (const id of ids) await page.locator('.group-jobs tr', { hasText: id }).waitFor(WAIT);
+    const requests: string[] = [];
+    page.on('request', (r) => {
+      if (r.url().includes('/v1/dead-letters/') && r.method() === 'POST') requests.push(`${r.url()} ${r.postData() ?? ''}`);
+    });
+    page.once('dialog', (d) => d.accept());
+    await group.getByRole('button', { name: /^Replay group/ }).click();
+    await page.locator('[data-testid="dl-notice"]', { hasText: 'Replayed 3 jobs' }).waitFor(WAIT);
+    assert.equal(requests.length, 1, 'one request for the whole group');
+    assert.match(requests[0] ?? '', /"code":null/);
+    for (const id of ids) assert.equal((await server.lh.get(id))?.status, 'queued');
+    await group.waitFor({ ...WAIT, state: 'detached' });
+    // Failed again, the group comes back; discarded, its jobs are gone.
+    const again = await failedThroughStore(server.lh.store, { tenant: 'default', type: 'web.nocode2', count: 2 });
+    const group2 = page.locator('tr[data-group="web.nocode2 / no code"]');
+    await page.goto('/#/');
+    await page.goto('/#/dead-letters');
+    await group2.waitFor(WAIT);
+    page.once('dialog', (d) => d.accept());
+    await group2.getByRole('button', { name: /^Discard group/ }).click();
+    await page.locator('[data-testid="dl-notice"]', { hasText: 'Discarded 2 jobs' }).waitFor(WAIT);
+    for (const id of again) assert.equal(await server.lh.get(id), null);
+    assert.deepEqual(problems, []);
+  });
 });
 
 describe('dashboard sign-in in Chromium', { skip: missing ?? false }, () => {
   const KEY_A = 'dash-key-aaaaaaaa';
   const KEY_B = 'dash-key-bbbbbbbb';
+  const KEY_OPS = 'dash-key-opsopsops';
   let browser: Browser;
   let server: DashboardServer;
 
   before(async () => {
     browser = await launchBrowser();
-    server = await startDashboardServer({ apiKeys: `tenantA:${KEY_A},tenantB:${KEY_B}` });
+    server = await startDashboardServer({ apiKeys: `tenantA:${KEY_A},tenantB:${KEY_B},ops:${KEY_OPS}`, adminTenants: ['ops'] });
   });
   after(async () => {
     await browser?.close();
@@ -294,6 +336,58 @@ describe('dashboard sign-in in Chromium', { skip: missing ?? false }, () => {
       await page.getByRole('heading', { name: 'Sign in' }).waitFor(WAIT);
       assert.equal(await page.evaluate(() => sessionStorage.length), 0);
       assert.deepEqual(problems, []);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("an admin filters the jobs page by tenant and sees only that tenant's rows, live; a tenant key has no such filter", async () => {
+    const a = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantA' });
+    const b = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantB' });
+    const own = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'ops' });
+    const context = await browser.newContext({ baseURL: server.base, viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    const problems = watchPage(page, [401]);
+    try {
+      await page.goto('/#/jobs');
+      await page.getByLabel('API key').fill(KEY_OPS);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.locator(`tr[data-job-id="${own.id}"]`).waitFor(WAIT);
+      assert.equal(await page.locator(`tr[data-job-id="${b.id}"]`).count(), 0, "an admin's own tenant by default");
+      // The filter, with the tenants of the configured keys suggested.
+      const field = page.getByLabel('Tenant');
+      await field.waitFor(WAIT);
+      assert.deepEqual((await page.locator('#tenant-list option').evaluateAll((os) => os.map((o) => (o as HTMLOptionElement).value))).sort(), ['ops', 'tenantA', 'tenantB']);
+      await field.fill('tenantB');
+      await field.press('Enter');
+      await page.waitForURL(/tenant=tenantB/, WAIT);
+      await page.locator('[data-testid="jobs-tenant"]', { hasText: 'tenantB' }).waitFor(WAIT);
+      await page.locator(`tr[data-job-id="${b.id}"]`).waitFor(WAIT);
+      await page.locator(`tr[data-job-id="${own.id}"]`).waitFor({ ...WAIT, state: 'detached' });
+      assert.equal(await page.locator(`tr[data-job-id="${a.id}"]`).count(), 0);
+      // Live: the feed follows tenantB while its jobs are shown.
+      await page.locator('[data-testid="feed-status"]', { hasText: 'live' }).waitFor(WAIT);
+      const later = await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantB' });
+      await server.lh.submit('demo.sleep', { steps: 1, stepMs: 1 }, { tenant: 'tenantA' });
+      await page.locator(`tr[data-job-id="${later.id}"]`).waitFor(WAIT);
+      const shown = await page.locator('tbody tr[data-job-id]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job-id')));
+      const tenantB = new Set((await server.lh.list({ tenant: 'tenantB', limit: 100 })).items.map((j) => j.id));
+      assert.ok(shown.length >= 2 && shown.every((id) => id !== null && tenantB.has(id)), `only tenantB's rows: ${shown.join(', ')}`);
+      await screenshot(page, 'jobs-tenant-filter');
+      // A row opens that tenant's job.
+      await page.getByRole('link', { name: b.id }).click();
+      await page.locator('[data-testid="job-detail"][data-status="succeeded"]').waitFor(WAIT);
+      await page.locator('[data-testid="timeline"] li', { hasText: 'succeeded' }).waitFor(WAIT);
+      assert.deepEqual(problems, []);
+
+      // A tenant key sees no tenant filter.
+      await page.goto('/#/');
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await page.getByLabel('API key').fill(KEY_A);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.goto('/#/jobs');
+      await page.locator(`tr[data-job-id="${a.id}"]`).waitFor(WAIT);
+      assert.equal(await page.getByLabel('Tenant').count(), 0);
     } finally {
       await context.close();
     }

@@ -8,6 +8,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
+import { failedThroughStore } from '../support/dead-letters.js';
 import { type Dev, runCli, startDev } from '../support/dev-process.js';
 
 const USER = 'lh_cli_dl_user_0123456789';
@@ -98,5 +100,34 @@ describe('longhaul attempts and dead-letters (built binary)', () => {
     const gone = await runCli(['attempts', a], env);
     assert.equal(gone.code, 1);
     assert.match(gone.stderr, /404 NOT_FOUND/);
+  });
+
+  it('--no-code names the group of jobs that failed without an error code', async () => {
+    // Made through a store on the dev server's database file (no task fails without a code).
+    const store = new SqliteStore({ path: join(dir, 'cli.db') });
+    let bare: string[];
+    try {
+      bare = await failedThroughStore(store, { tenant: 'acme', type: 'cli.nocode', count: 2 });
+      await failedThroughStore(store, { tenant: 'acme', type: 'cli.nocode', count: 1, code: 'E_CODE' });
+    } finally {
+      await store.close();
+    }
+    const list = await runCli(['dead-letters', 'list', '--type', 'cli.nocode'], env);
+    assert.equal(list.code, 0, list.stderr);
+    assert.match(list.stdout, /\n {4}2 {2}\S+Z {2}cli\.nocode {2}\(no code\)\n/);
+    const jobs = await runCli(['dead-letters', 'jobs', '--type', 'cli.nocode', '--no-code', '--json'], env);
+    assert.equal(jobs.code, 0, jobs.stderr);
+    assert.deepEqual((JSON.parse(jobs.stdout) as { items: Array<{ id: string }> }).items.map((j) => j.id).sort(), [...bare].sort());
+    const unconfirmed = await runCli(['dead-letters', 'discard', '--type', 'cli.nocode', '--no-code'], env);
+    assert.equal(unconfirmed.code, 1);
+    assert.match(unconfirmed.stderr, /this deletes for good failed jobs with type cli\.nocode, no error code: add --yes to confirm/);
+    const discarded = await runCli(['dead-letters', 'discard', '--type', 'cli.nocode', '--no-code', '--yes'], env);
+    assert.equal(discarded.code, 0, discarded.stderr);
+    assert.equal(discarded.stdout, 'discarded 2 failed jobs\n');
+    const left = await runCli(['dead-letters', 'list', '--type', 'cli.nocode', '--json'], env);
+    assert.deepEqual(
+      (JSON.parse(left.stdout) as Array<{ code: string | null; count: number }>).map((g) => [g.code, g.count]),
+      [['E_CODE', 1]],
+    );
   });
 });

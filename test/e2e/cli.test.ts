@@ -179,6 +179,11 @@ describe('longhaul CLI (built binary)', () => {
     assert.equal(cancel.code, 1);
     assert.match(cancel.stderr, /404/);
     assert.equal((await runCli(['ls'], theirs)).stdout, 'no jobs\n');
+    // Naming the other tenant is refused (no admin key here), not answered with its own jobs.
+    const named = await runCli(['ls', '--tenant', 'acme'], theirs);
+    assert.equal(named.code, 1);
+    assert.match(named.stderr, /403 FORBIDDEN: reading or acting on another tenant's jobs needs an admin API key/);
+    assert.equal((await runCli(['ls', '--tenant', 'other'], theirs)).stdout, 'no jobs\n', 'its own tenant, named');
   });
 
   it('--version prints the package version', async () => {

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { randomUUID } from 'node:crypto';
 import { LonghaulApiError, LonghaulClient } from '../../src/client/index.js';
+import { failedThroughStore } from '../support/dead-letters.js';
 import { KEY_A, type Harness, startHarness } from '../support/http-harness.js';
 
 describe('client: dead letters', () => {
@@ -65,6 +66,25 @@ describe('client: dead letters', () => {
       ],
     );
     assert.deepEqual(await client.deadLetters({ type: 't.flaky' }), []);
+  });
+
+  it('code null names the group of jobs that failed without an error code (noCode=true in a listing)', async () => {
+    const type = 't.nocode';
+    const bare = await failedThroughStore(h.lh.store, { tenant: 'tenantA', type, count: 2 });
+    const [coded] = await failedThroughStore(h.lh.store, { tenant: 'tenantA', type, count: 1, code: 'E_CODE' });
+    const groups = await client.deadLetters({ type, code: null });
+    assert.deepEqual(
+      groups.map((g) => [g.code, g.count]),
+      [[null, 2]],
+    );
+    const page = await client.deadLetterJobs({ type, code: null });
+    assert.deepEqual(page.items.map((j) => j.id).sort(), [...bare].sort());
+    assert.deepEqual(await client.discardDeadLetters({ type, code: null }), { count: 2 });
+    assert.deepEqual(
+      (await client.deadLetters({ type })).map((g) => g.code),
+      ['E_CODE'],
+    );
+    assert.deepEqual(await client.discardDeadLetters({ ids: [coded as string] }), { count: 1 });
   });
 
   it('a bad filter is a LonghaulApiError with the problem; task types carry their input schema', async () => {

@@ -25,6 +25,7 @@ import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import type { Store } from '../../src/store/store.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { DEAD_LETTER_BATCH } from '../../src/core/limits.js';
+import { failedThroughStore } from '../support/dead-letters.js';
 import { settled } from '../support/jobs.js';
 import { createTestDatabase } from '../support/postgres.js';
 
@@ -320,6 +321,52 @@ for (const backend of backends) {
       const discarded = await lh.discardDeadLetters({ tenant: 'bulk' });
       assert.equal(discarded.count, n);
       assert.equal((await store.countByState({ tenant: 'bulk' })).failed, 0);
+    });
+
+    it('names the group without an error code: code null in a body, noCode=true in a query; the client and the library agree', async () => {
+      const type = `dl.nocode.${backend.name}`;
+      // Failed jobs made through the store (the worker does not run this type): acme's one with a
+      // code and two without; other's two without.
+      const [codedId] = await failedThroughStore(store, { tenant: 'acme', type, count: 1, code: 'HAS_CODE' });
+      const mine = await failedThroughStore(store, { tenant: 'acme', type, count: 2 });
+      const theirs = await failedThroughStore(store, { tenant: 'other', type, count: 2 });
+      const coded = { id: codedId as string };
+      const jobs = [coded, ...mine, ...theirs].map((id) => (typeof id === 'string' ? { id } : id));
+      const groups = (await get(`/v1/dead-letters?type=${type}`)).json() as { items: Array<{ code: string | null; count: number }> };
+      assert.deepEqual(groups.items.map((g) => [g.code, g.count]).sort(), [
+        [null, 2],
+        ['HAS_CODE', 1],
+      ]);
+      const listed = await get(`/v1/dead-letters/jobs?type=${type}&noCode=true`);
+      assert.equal(listed.statusCode, 200, listed.body);
+      const page = listed.json() as { items: JobSnapshot[] };
+      assert.equal(page.items.length, 2);
+      assert.ok(page.items.every((j) => j.error === null && j.id !== coded.id));
+      assert.deepEqual((await get(`/v1/dead-letters?type=${type}&noCode=true`)).json().items.map((g: { code: null; count: number }) => [g.code, g.count]), [[null, 2]]);
+      for (const [url, status] of [
+        [`/v1/dead-letters/jobs?type=${type}&noCode=true&code=X`, 400],
+        [`/v1/dead-letters?noCode=yes`, 400],
+      ] as const) {
+        const bad = await get(url);
+        assert.equal(bad.statusCode, status, url);
+        assert.match(bad.headers['content-type'] as string, /application\/problem\+json/);
+      }
+
+      // Replay the group by name: only the caller's jobs without a code.
+      const retried = await post('/v1/dead-letters/retry', { type, code: null });
+      assert.equal(retried.statusCode, 200, retried.body);
+      assert.deepEqual(retried.json(), { count: 2 });
+      const states = async () => Object.fromEntries(await Promise.all(jobs.map(async (j) => [j.id, (await store.getJob({ id: j.id }))?.state ?? 'gone'])));
+      const after1 = await states();
+      assert.equal(after1[coded.id], 'failed', 'the job with a code is not in the group');
+      assert.equal(after1[jobs[4]?.id as string], 'failed', "another tenant's job is untouched");
+      assert.deepEqual([after1[jobs[1]?.id as string], after1[jobs[2]?.id as string]], ['queued', 'queued']);
+      // An admin discards every tenant's no-code group, through the library's selection too.
+      assert.deepEqual((await post('/v1/dead-letters/discard', { tenant: '*', type, code: null }, ADMIN)).json(), { count: 2 });
+      const after2 = await states();
+      assert.deepEqual([after2[jobs[3]?.id as string], after2[jobs[4]?.id as string], after2[coded.id]], ['gone', 'gone', 'failed']);
+      assert.deepEqual(await lh.deadLetterGroups({ type, code: null }), []);
+      assert.deepEqual((await lh.discardDeadLetters({ type, code: 'HAS_CODE' })).count, 1);
     });
 
     it('lists the task types with their input JSON Schema (null when none)', async () => {

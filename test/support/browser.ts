@@ -55,7 +55,7 @@ export interface DashboardServer {
   close(): Promise<void>;
 }
 
-export async function startDashboardServer(options: { apiKeys?: string; database?: string } = {}): Promise<DashboardServer> {
+export async function startDashboardServer(options: { apiKeys?: string; adminTenants?: string[]; database?: string } = {}): Promise<DashboardServer> {
   const dir = mkdtempSync(join(tmpdir(), 'longhaul-web-'));
   const lh = await Longhaul.open({
     database: options.database ?? join(dir, 'web.db'),
@@ -65,7 +65,7 @@ export async function startDashboardServer(options: { apiKeys?: string; database
   });
   await lh.startWorker({ concurrency: 16, pollIntervalMs: 20, cancelPollMs: 50, progressIntervalMs: 50 });
   lh.startSweeper();
-  const app = await buildServer({ lh, apiKeys: parseApiKeys(options.apiKeys), keepaliveMs: 1000, logger: false });
+  const app = await buildServer({ lh, apiKeys: parseApiKeys(options.apiKeys), adminTenants: options.adminTenants ?? [], keepaliveMs: 1000, logger: false });
   const base = await app.listen({ port: 0, host: '127.0.0.1' });
   return {
     lh,

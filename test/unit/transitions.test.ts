@@ -23,6 +23,7 @@ import {
   requestTimeout,
   runningNote,
   succeed,
+  ZOMBIE_REASONS,
   type TransitionParams,
 } from '../../src/core/transitions.js';
 
@@ -139,6 +140,14 @@ describe('transition builders', () => {
     assert.deepEqual([spent.to, spent.reason, spent.patch?.finishedAt], ['failed', 'heartbeat lost; attempts exhausted', NOW]);
     const cancelled = reapLostWorker(job({ cancelRequested: true, cancelReason: 'user' }), NOW);
     assert.deepEqual([cancelled.to, cancelled.reason], ['cancelled', 'cancelled (heartbeat lost)']);
+    // The stores count zombies by these reasons (Store.sweepHealth): every reap is one, nothing else is.
+    const timeoutLost = reapLostWorker(job({ cancelRequested: true, cancelReason: 'timeout' }), NOW);
+    assert.deepEqual(
+      [requeued, spent, cancelled, lost, timeoutLost].map((w) => ZOMBIE_REASONS.includes(w.reason)),
+      [true, true, true, true, true],
+    );
+    assert.equal(new Set([requeued, spent, cancelled, timeoutLost].map((w) => w.reason)).size, ZOMBIE_REASONS.length, 'each reason is made');
+    assert.ok(!ZOMBIE_REASONS.includes(drain.reason), 'a cancel forced after its drain is no zombie');
 
     const stalled = flagStalled(job(), NOW);
     assert.deepEqual([stalled.to, stalled.lease, stalled.patch], ['running', 4, { stalled: true }]);

@@ -22,6 +22,10 @@ export function App() {
   const [signInNeeded, setSignInNeeded] = useState(needsSignIn());
   const [feedStatus, setFeedStatus] = useState<FeedStatus>(feed.status);
   const [hasKey, setHasKey] = useState(currentKey() !== null);
+  // An admin looking at another tenant's jobs: the feed follows that tenant while the jobs pages
+  // show it (set before the feed first starts, below).
+  const viewTenant = route.path === '/jobs' || route.path.startsWith('/jobs/') ? route.params.get('tenant') || null : null;
+  useEffect(() => feed.setTenant(viewTenant), [viewTenant]);
 
   useEffect(() => {
     const offAuth = onAuthChange(() => {
@@ -61,7 +65,7 @@ export function App() {
   if (signInNeeded) page = <SignIn />;
   else if (route.path === '/') page = <Overview />;
   else if (route.path === '/jobs') page = <Jobs route={route} />;
-  else if (route.path.startsWith('/jobs/')) page = <JobDetail id={decodeURIComponent(route.path.slice('/jobs/'.length))} />;
+  else if (route.path.startsWith('/jobs/')) page = <JobDetail id={decodeURIComponent(route.path.slice('/jobs/'.length))} tenant={viewTenant} />;
   else if (route.path === '/dead-letters') page = <DeadLetters />;
   else if (route.path === '/submit') page = <Submit />;
   else page = <p>No such page.</p>;

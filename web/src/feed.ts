@@ -3,6 +3,10 @@
  * every view. It reconnects by itself with a growing delay; the feed has no replay, so views
  * re-read what they show after each reconnect (onReconnect). Frames of a job that arrive out
  * of order (a lower `id` than the last one seen) are dropped, as docs/api.md advises.
+ *
+ * While an admin looks at another tenant's jobs (the Jobs and job pages with `tenant=`), the feed
+ * follows that tenant (`GET /v1/events?tenant=`), so its rows update live too; views re-read
+ * what they show when it switches, as after a reconnect.
  */
 import { authHeaders } from './api';
 import { SseParser } from './sse';
@@ -20,7 +24,23 @@ class Feed {
   private retryTimer: ReturnType<typeof setTimeout> | null = null;
   private failures = 0;
   private connectedOnce = false;
+  /** Another tenant whose changes to follow (an admin's view); null: the caller's own. */
+  private tenant: string | null = null;
   status: FeedStatus = 'offline';
+
+  /** Follows another tenant's changes (null: the caller's own); reconnects when it changes. */
+  setTenant(tenant: string | null): void {
+    if (tenant === this.tenant) return;
+    this.tenant = tenant;
+    this.lastSeq.clear();
+    if (this.controller === null && this.retryTimer === null) return;
+    this.controller?.abort();
+    this.controller = null;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.failures = 0;
+    this.connect();
+  }
 
   start(): void {
     this.stop();
@@ -74,7 +94,8 @@ class Feed {
   }
 
   private async read(controller: AbortController): Promise<void> {
-    const res = await fetch('/v1/events', { headers: { accept: 'text/event-stream', ...authHeaders() }, signal: controller.signal, cache: 'no-store' });
+    const url = this.tenant === null ? '/v1/events' : `/v1/events?tenant=${encodeURIComponent(this.tenant)}`;
+    const res = await fetch(url, { headers: { accept: 'text/event-stream', ...authHeaders() }, signal: controller.signal, cache: 'no-store' });
     // A 401 (no key yet, or a wrong one) is left to the pages' reads, which show the sign-in
     // form; signing in restarts the feed.
     if (!res.ok || !res.body) throw new Error(`feed answered ${res.status}`);

@@ -19,6 +19,15 @@ export function href(path: string, params?: Record<string, string | undefined>):
   return `#${path}${s ? `?${s}` : ''}`;
 }
 
+/**
+ * An API path with an admin's `tenant` parameter when the page shows another tenant's jobs
+ * (null: the caller's own, no parameter).
+ */
+export function withTenant(path: string, tenant: string | null): string {
+  if (!tenant) return path;
+  return `${path}${path.includes('?') ? '&' : '?'}tenant=${encodeURIComponent(tenant)}`;
+}
+
 export function navigate(path: string, params?: Record<string, string | undefined>, replace = false): void {
   const target = href(path, params);
   if (replace) history.replaceState(null, '', target);

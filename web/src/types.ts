@@ -87,6 +87,8 @@ export interface Stats {
   counts: Record<string, number>;
   rates: { submittedPerMinute: number; finishedPerMinute: number };
   durations: Record<string, { count: number; p50: number; p95: number; p99: number }>;
+  /** Stalled jobs now and zombies reaped in the last 15 minutes, from the database (absent on older servers). */
+  sweeper?: { stalled: number; zombiesReaped: number };
 }
 
 /** `GET /v1/jobs/{id}/attempts` (newer servers): `{items, nextCursor}`, oldest first. */

@@ -5,12 +5,16 @@
  * Tenancy: everything acts on the caller's tenant. An admin (a tenant in LONGHAUL_ADMIN_TENANTS,
  * or every caller of a server without API keys, as for purge) may name another tenant with
  * `tenant`, or every tenant with `tenant=*`; anyone else naming another tenant gets a 403.
+ *
+ * The group of jobs that failed without an error code (listed with `code: null`) is named by
+ * `"code": null` in a bulk body and by `noCode=true` in a listing's query string.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { DEAD_LETTER_BATCH, MAX_DEAD_LETTER_IDS, MAX_PAGE_LIMIT } from '../../core/limits.js';
 import type { DeadLetterSelection } from '../../longhaul.js';
 import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
+import { isAdmin, tenantQueryField } from '../tenant-scope.js';
 
 const problemRef = { $ref: 'Problem#' } as const;
 const errors = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemRef]));
@@ -28,20 +32,29 @@ const tenantField = {
   description: "admins only: another tenant's jobs, or * for every tenant's (default: the caller's)",
 } as const;
 
-/** The filter fields of the listing routes (query strings). */
-const filterQuery = {
+const codeField = { type: 'string', minLength: 1, maxLength: 200, description: "the failed job's error code" } as const;
+
+/** The filter fields the listing routes (query strings) and the bulk routes (bodies) share. */
+const filterFields = {
   tenant: tenantField,
   type: { type: 'string', minLength: 1, maxLength: 128 },
-  code: { type: 'string', minLength: 1, maxLength: 200, description: "the failed job's error code" },
   failedAfter: time,
   failedBefore: time,
+} as const;
+
+/** The filter of the listing routes: a query string has no null, so the group without an error code is `noCode=true`. */
+const filterQuery = {
+  ...filterFields,
+  code: codeField,
+  noCode: { type: 'string', enum: ['true', 'false'], description: 'true: only jobs that failed without an error code (the group listed with code null); not with code' },
 } as const;
 
 const selectionBody = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    ...filterQuery,
+    ...filterFields,
+    code: { ...codeField, type: ['string', 'null'], description: "the failed job's error code; null: only jobs that failed without one (the group listed with code null)" },
     ids: { type: 'array', minItems: 1, maxItems: MAX_DEAD_LETTER_IDS, items: { type: 'string', minLength: 1, maxLength: 64 }, description: 'only these jobs' },
   },
 } as const;
@@ -53,7 +66,7 @@ export const deadLetterSchemas = {
     summary: "A job's attempts: each one's error, stack, worker and times, oldest first",
     tags: ['jobs'],
     params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } },
-    querystring: { type: 'object', additionalProperties: false, properties: { limit: limitQuery, cursor: { type: 'string', maxLength: 32 } } },
+    querystring: { type: 'object', additionalProperties: false, properties: { limit: limitQuery, cursor: { type: 'string', maxLength: 32 }, tenant: tenantQueryField } },
     response: {
       200: {
         type: 'object',
@@ -77,7 +90,7 @@ export const deadLetterSchemas = {
           nextCursor: nullableString,
         },
       },
-      ...errors(400, 401, 404),
+      ...errors(400, 401, 403, 404),
     },
   },
   groups: {
@@ -148,7 +161,10 @@ export const deadLetterSchemas = {
 interface FilterFields {
   tenant?: string;
   type?: string;
-  code?: string;
+  /** null (bodies): jobs without an error code. */
+  code?: string | null;
+  /** 'true' (query strings): jobs without an error code. */
+  noCode?: string;
   failedAfter?: string;
   failedBefore?: string;
   ids?: string[];
@@ -160,16 +176,21 @@ interface FilterFields {
  */
 function selectionOf(ctx: AppContext, request: FastifyRequest, fields: FilterFields): DeadLetterSelection {
   const { tenant: asked, ...rest } = fields;
-  const admin = !ctx.authEnabled || ctx.adminTenants.has(request.tenant);
+  const admin = isAdmin(ctx, request.tenant);
   if (asked !== undefined && asked !== request.tenant && !admin) {
     throw new HttpProblem(403, 'FORBIDDEN', "acting on another tenant's dead letters needs an admin API key (a tenant listed in LONGHAUL_ADMIN_TENANTS)");
   }
+  if (rest.noCode === 'true' && rest.code !== undefined) {
+    throw invalidRequest('name either code or noCode=true, not both', [{ path: 'noCode', message: 'not with code' }]);
+  }
   const selection: DeadLetterSelection = {};
   if (asked !== '*') selection.tenant = asked ?? request.tenant;
-  for (const key of ['type', 'code', 'failedAfter', 'failedBefore'] as const) {
+  for (const key of ['type', 'failedAfter', 'failedBefore'] as const) {
     const v = rest[key];
     if (v !== undefined) selection[key] = v;
   }
+  if (rest.code !== undefined) selection.code = rest.code;
+  if (rest.noCode === 'true') selection.code = null;
   if (rest.ids !== undefined) selection.ids = rest.ids;
   return selection;
 }
@@ -190,7 +211,8 @@ export function registerDeadLetterRoutes(app: FastifyInstance, ctx: AppContext):
 
   app.get<{ Params: { id: string }; Querystring: { limit?: string; cursor?: string } }>(
     '/v1/jobs/:id/attempts',
-    { schema: deadLetterSchemas.attempts },
+    // An admin's `tenant` parameter: another tenant's job (../tenant-scope.ts).
+    { schema: deadLetterSchemas.attempts, config: { tenantScope: true } },
     async (request) => {
       const limit = limitOf(request.query.limit);
       return lh.attempts(request.params.id, {

@@ -85,7 +85,10 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
   });
 
   // The status poll: the snapshot arrives as JSON text (see Longhaul.snapshotJson) and is sent as is.
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id', { schema: routeSchemas.get }, (request, reply) =>
+  // Routes that take an admin's `tenant` parameter (../tenant-scope.ts): request.tenant is then that tenant.
+  const scoped = { tenantScope: true } as const;
+
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id', { schema: routeSchemas.get, config: scoped }, (request, reply) =>
     lh.snapshotJson(request.params.id, { tenant: request.tenant }).then((job) => {
       if (!job) throw new JobNotFoundError(request.params.id);
       if (job.state === 'expired') {
@@ -96,9 +99,10 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     }),
   );
 
-  app.get<{ Querystring: { status?: string; type?: string; parentId?: string; q?: string; limit?: string; cursor?: string } }>(
+  app.get<{ Querystring: { status?: string; type?: string; parentId?: string; q?: string; limit?: string; cursor?: string; tenant?: string } }>(
     '/v1/jobs',
-    { schema: routeSchemas.list },
+    // `tenant=*` (admins, checked by the hook): every tenant's jobs.
+    { schema: routeSchemas.list, config: { tenantScope: 'all' } },
     async (request) => {
       const q = request.query;
       let status: JobState[] | undefined;
@@ -117,7 +121,7 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
         throw invalidRequest(`q must be at most ${MAX_LIST_TEXT} characters`, [{ path: 'q', message: `must be at most ${MAX_LIST_TEXT} characters` }]);
       }
       return lh.list({
-        tenant: request.tenant,
+        ...(q.tenant === '*' ? {} : { tenant: request.tenant }),
         limit,
         ...(status ? { status } : {}),
         ...(q.type ? { type: q.type } : {}),
@@ -132,24 +136,24 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
     const job = await lh.cancel(request.params.id, { tenant: request.tenant });
     return reply.code(202).send(job);
   };
-  app.post<{ Params: { id: string } }>('/v1/jobs/:id/cancel', { schema: routeSchemas.cancel }, cancel);
-  app.delete<{ Params: { id: string } }>('/v1/jobs/:id', { schema: { ...routeSchemas.cancel, summary: 'Cancel a job (same as POST /cancel)' } }, cancel);
+  app.post<{ Params: { id: string } }>('/v1/jobs/:id/cancel', { schema: routeSchemas.cancel, config: scoped }, cancel);
+  app.delete<{ Params: { id: string } }>('/v1/jobs/:id', { schema: { ...routeSchemas.cancel, summary: 'Cancel a job (same as POST /cancel)' }, config: scoped }, cancel);
 
-  app.post<{ Params: { id: string } }>('/v1/jobs/:id/retry', { schema: routeSchemas.retry }, async (request, reply) => {
+  app.post<{ Params: { id: string } }>('/v1/jobs/:id/retry', { schema: routeSchemas.retry, config: scoped }, async (request, reply) => {
     const job = await lh.retry(request.params.id, { tenant: request.tenant });
     return withSnapshotHeaders(reply, job).code(202).send(job);
   });
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id/transitions', { schema: routeSchemas.transitions }, async (request) => ({
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/transitions', { schema: routeSchemas.transitions, config: scoped }, async (request) => ({
     items: await lh.transitions(request.params.id, { tenant: request.tenant }),
   }));
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id/checkpoint', { schema: routeSchemas.checkpoint }, async (request, reply) => {
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/checkpoint', { schema: routeSchemas.checkpoint, config: scoped }, async (request, reply) => {
     const checkpoint = await lh.checkpoint(request.params.id, { tenant: request.tenant });
     return reply.header('Cache-Control', 'no-store').send({ checkpoint });
   });
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id/webhooks', { schema: routeSchemas.webhooks }, async (request) => ({
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/webhooks', { schema: routeSchemas.webhooks, config: scoped }, async (request) => ({
     items: await lh.webhookDeliveries(request.params.id, { tenant: request.tenant }),
   }));
 

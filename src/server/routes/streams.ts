@@ -71,7 +71,7 @@ function openStream(request: FastifyRequest, reply: FastifyReply, ctx: AppContex
 export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): void {
   const { lh, hub, feed } = ctx;
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id/events', { schema: routeSchemas.jobEvents, config: { streamRoute: true } }, async (request, reply) => {
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/events', { schema: routeSchemas.jobEvents, config: { streamRoute: true, tenantScope: true } }, async (request, reply) => {
     const { id } = request.params;
     assertGrant(request, id);
     const current = await lh.get(id, { tenant: request.tenant });
@@ -114,7 +114,7 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
     stream.onClose(unsubscribe);
   });
 
-  app.get('/v1/events', { schema: routeSchemas.feed, config: { streamRoute: true } }, async (request, reply) => {
+  app.get('/v1/events', { schema: routeSchemas.feed, config: { streamRoute: true, tenantScope: true } }, async (request, reply) => {
     assertGrant(request, '*');
     const stream = openStream(request, reply, ctx);
     const names = new FeedEventNames();

@@ -40,7 +40,8 @@ export function deadLetterWhere(filter: DeadLetterFilter, values: unknown[] = []
   };
   if (filter.tenant !== undefined) add((n) => `j.tenant = $${n}`, filter.tenant);
   if (filter.type !== undefined) add((n) => `j.type = $${n}`, filter.type);
-  if (filter.code !== undefined) add((n) => `${DEAD_LETTER_CODE_SQL} = $${n}`, filter.code);
+  if (filter.code === null) where.push(`${DEAD_LETTER_CODE_SQL} IS NULL`);
+  else if (filter.code !== undefined) add((n) => `${DEAD_LETTER_CODE_SQL} = $${n}`, filter.code);
   if (filter.failedFrom !== undefined) add((n) => `j.finished_at >= $${n}`, filter.failedFrom);
   if (filter.failedBefore !== undefined) add((n) => `j.finished_at < $${n}`, filter.failedBefore);
   // An id that is not a UUID names no job (and would not cast).

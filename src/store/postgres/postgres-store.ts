@@ -644,6 +644,7 @@ export class PostgresStore implements Store {
   countByState: JobQueueStore['countByState'] = (p) => this.stats.countByState(p);
   countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);
   activity: JobQueueStore['activity'] = (p) => this.stats.activity(p);
+  sweepHealth: JobQueueStore['sweepHealth'] = (p) => this.stats.sweepHealth(p);
   compactStats: JobQueueStore['compactStats'] = (p) => this.stats.compactStats(p);
 
   async traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>> {

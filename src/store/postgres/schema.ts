@@ -16,7 +16,7 @@ import { applyTransitionsFunction } from './transition-sql.js';
 
 export { logAppend, logAppendFixed } from './log-sql.js';
 
-import { STATS_BATCH_MIGRATION, STATS_MIGRATION } from './stats-schema.js';
+import { STATS_BATCH_MIGRATION, STATS_MIGRATION, SWEEP_HEALTH_MIGRATION } from './stats-schema.js';
 
 /** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
 export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -544,4 +544,7 @@ ${applyTransitionsFunction(8)}  `,
   ${applyTransitionsFunction(10)}
   ${STATS_BATCH_MIGRATION}
   `,
+  // 11: what the sweeper found, cluster-wide: running jobs flagged stalled (a partial index) and
+  // zombies reaped per minute (a trigger on the attempt rows); stats-schema.ts
+  SWEEP_HEALTH_MIGRATION,
 ];

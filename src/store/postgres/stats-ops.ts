@@ -6,7 +6,7 @@
  */
 import type pg from 'pg';
 import { JOB_STATES, type JobState } from '../../core/states.js';
-import type { Activity, ActivityParams, TypeStateCount } from '../store.js';
+import type { Activity, ActivityParams, SweepHealth, TypeStateCount } from '../store.js';
 
 type Rows = (name: string, text: string, values: unknown[]) => Promise<unknown[][]>;
 
@@ -61,6 +61,12 @@ export class PgStatsOps {
     };
   }
 
+  async sweepHealth(params: { tenant?: string; reapedSince: number }): Promise<SweepHealth> {
+    const t = params.tenant !== undefined;
+    const [row] = await this.rows(`stats_sweep_${t ? 'tenant' : 'all'}`, this.sql.sweepHealth(t), [Math.floor(params.reapedSince / 60_000), ...(t ? [params.tenant] : [])]);
+    return { stalled: Number(row?.[0] ?? 0), zombiesReaped: Number(row?.[1] ?? 0) };
+  }
+
   /**
    * Folds the change log, then vacuums it when it folded many rows or some time has passed: the
    * deleted rows stay in the table's pages until a vacuum, and every read scans those pages
@@ -72,6 +78,8 @@ export class PgStatsOps {
     const dropZero = Date.now() - this.lastZeroDrop >= 60_000;
     if (dropZero) this.lastZeroDrop = Date.now();
     const res = await this.pool.query<{ n: number }>({ name: 'lh_stats_compact', text: `SELECT ${this.s}.compact_stats($1, $2) AS n`, values: [params.before, dropZero] });
+    // The reaps of minutes before the window (migration 11), with the zero counters' cadence: a few rows a minute.
+    if (dropZero) await this.pool.query({ name: 'lh_stats_reaps_drop', text: `DELETE FROM ${this.s}.job_reaps WHERE minute < $1`, values: [Math.floor(params.before / 60_000)] });
     const folded = Number(res.rows[0]?.n ?? 0);
     if (folded <= 0) return;
     this.foldedSinceVacuum += folded;
@@ -104,6 +112,12 @@ function statements(s: string) {
           + (SELECT coalesce(sum(n), 0) FROM ${s}.job_changes WHERE submitted_at / 1000 >= $1 ${and}),
         coalesce((SELECT sum(finished) FROM ${s}.job_rates WHERE second >= $1 ${and}), 0)
           + (SELECT coalesce(sum(n), 0) FROM ${s}.job_changes WHERE finished_at / 1000 >= $1 ${and})`;
+    },
+    /** Running jobs flagged stalled (the partial index jobs_stalled: its WHERE repeated) and the window's reaps ($1: its first minute). */
+    sweepHealth: (tenant: boolean) => {
+      const and = tenant ? 'AND tenant = $2' : '';
+      return `SELECT (SELECT count(*) FROM ${s}.jobs WHERE state = 'running' AND stalled ${and}),
+        coalesce((SELECT sum(n) FROM ${s}.job_reaps WHERE minute >= $1 ${and}), 0)`;
     },
     durations: (tenant: boolean) => {
       const and = tenant ? 'AND tenant = $2' : '';

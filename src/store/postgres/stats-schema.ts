@@ -16,6 +16,7 @@
  * is the number of counter rows plus the changes since the last pass, not the number of jobs.
  */
 import { durationBucketSql } from '../../core/stats-window.js';
+import { ZOMBIE_REASONS } from '../../core/transitions.js';
 
 const ENDED_WITH_TIME = (r: string) => `${r}.started_at IS NOT NULL AND ${r}.state IN ('succeeded', 'failed', 'expired')`;
 const bucket = (r: string) => durationBucketSql(`${r}.finished_at - ${r}.started_at`, 'postgres');
@@ -245,4 +246,43 @@ export const STATS_BATCH_MIGRATION = `
     END IF;
     RETURN folded;
   END $$;
+`;
+
+/** SQL `reason IN (...)` of the attempts that reaped a zombie (core ZOMBIE_REASONS), over `r`. */
+export function zombieReasonSql(r: string): string {
+  return `${r}.reason IN (${ZOMBIE_REASONS.map((x) => `'${x.replaceAll("'", "''")}'`).join(', ')})`;
+}
+
+/**
+ * Migration 11: what the sweeper found, cluster-wide (Store.sweepHealth).
+ * - `jobs_stalled`: running jobs flagged stalled, a partial index as small as their number.
+ * - `job_reaps`: zombies reaped per (tenant, minute), counted by a trigger as apply_transitions
+ *   records the attempt a reap ends (same transaction; later deletion of the job does not
+ *   uncount it). Only the elected sweeper reaps, one pass at a time, so the upserted row is not
+ *   contended the way a shared counter of every transition would be (see STATS_MIGRATION). Rows
+ *   older than the window are deleted by the stats upkeep (stats-ops.ts). Filled from the
+ *   attempts of the window already recorded.
+ */
+export const SWEEP_HEALTH_MIGRATION = `
+  CREATE INDEX jobs_stalled ON {s}.jobs (tenant) WHERE state = 'running' AND stalled;
+  CREATE TABLE {s}.job_reaps (
+    tenant text COLLATE "C" NOT NULL,
+    minute bigint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (tenant, minute)
+  );
+  CREATE INDEX job_reaps_minute ON {s}.job_reaps (minute);
+  CREATE FUNCTION {s}.job_attempts_reaped() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    INSERT INTO {s}.job_reaps AS t (tenant, minute, n)
+    SELECT j.tenant, NEW.ended_at / 60000, 1 FROM {s}.jobs j WHERE j.id = NEW.job_id
+    ON CONFLICT (tenant, minute) DO UPDATE SET n = t.n + 1;
+    RETURN NULL;
+  END $$;
+  -- Row-level with a WHEN: the attempts of failures, retries and cancels never call the function.
+  CREATE TRIGGER job_attempts_reaped AFTER INSERT ON {s}.job_attempts FOR EACH ROW
+    WHEN (${zombieReasonSql('NEW')}) EXECUTE FUNCTION {s}.job_attempts_reaped();
+  INSERT INTO {s}.job_reaps (tenant, minute, n)
+    SELECT j.tenant, a.ended_at / 60000, count(*) FROM {s}.job_attempts a JOIN {s}.jobs j ON j.id = a.job_id
+    WHERE ${zombieReasonSql('a')} AND a.ended_at >= ${WINDOW_START} GROUP BY 1, 2;
 `;

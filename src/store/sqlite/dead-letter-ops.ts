@@ -40,7 +40,8 @@ export function deadLetterWhere(filter: DeadLetterFilter): { where: string[]; ar
     where.push('j.type = ?');
     args.push(filter.type);
   }
-  if (filter.code !== undefined) {
+  if (filter.code === null) where.push(`${DEAD_LETTER_CODE_SQL} IS NULL`);
+  else if (filter.code !== undefined) {
     where.push(`${DEAD_LETTER_CODE_SQL} = ?`);
     args.push(filter.code);
   }

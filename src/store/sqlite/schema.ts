@@ -3,7 +3,7 @@
  * run inside one IMMEDIATE transaction, so several processes opening the same file at once
  * apply each migration exactly once.
  */
-import { STATS_BATCH_MIGRATION, STATS_MIGRATION } from './stats-schema.js';
+import { STATS_BATCH_MIGRATION, STATS_MIGRATION, SWEEP_HEALTH_MIGRATION } from './stats-schema.js';
 
 export const MIGRATIONS: readonly string[] = [
   // 1: jobs, progress
@@ -210,4 +210,7 @@ export const MIGRATIONS: readonly string[] = [
   // 10: the worker's claims and ends count themselves, once per write, instead of through a row
   // trigger per job (stats-batch.ts, stats-schema.ts)
   STATS_BATCH_MIGRATION,
+  // 11: what the sweeper found, cluster-wide: running jobs flagged stalled (a partial index) and
+  // zombies reaped per minute (a trigger on the attempt rows); stats-schema.ts
+  SWEEP_HEALTH_MIGRATION,
 ];

@@ -5,7 +5,7 @@
  */
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { JOB_STATES, type JobState } from '../../core/states.js';
-import type { Activity, ActivityParams, TypeStateCount } from '../store.js';
+import type { Activity, ActivityParams, SweepHealth, TypeStateCount } from '../store.js';
 import { statementCache } from './sql.js';
 
 type Write = <T>(fn: () => T, rows?: number) => T;
@@ -55,6 +55,23 @@ export class SqliteStatsOps {
     return { submitted: rates.s, finished: rates.f, durations: durations.map((d) => ({ type: d.type, bucket: d.bucket, count: d.n })) };
   }
 
+  async sweepHealth(params: { tenant?: string; reapedSince: number }): Promise<SweepHealth> {
+    // The stalled count reads the partial index jobs_stalled (its WHERE is repeated exactly, so
+    // SQLite picks it); the reaps, the window's minutes of job_reaps (migration 11).
+    const row = (
+      params.tenant === undefined
+        ? this.stmt(
+            `SELECT (SELECT count(*) FROM jobs WHERE state = 'running' AND stalled = 1) AS stalled,
+              (SELECT coalesce(sum(n), 0) FROM job_reaps WHERE minute >= ?) AS reaped`,
+          ).get(Math.floor(params.reapedSince / 60_000))
+        : this.stmt(
+            `SELECT (SELECT count(*) FROM jobs WHERE state = 'running' AND stalled = 1 AND tenant = ?) AS stalled,
+              (SELECT coalesce(sum(n), 0) FROM job_reaps WHERE tenant = ? AND minute >= ?) AS reaped`,
+          ).get(params.tenant, params.tenant, Math.floor(params.reapedSince / 60_000))
+    ) as { stalled: number; reaped: number };
+    return { stalled: row.stalled, zombiesReaped: row.reaped };
+  }
+
   async compactStats(params: { before: number }): Promise<void> {
     // Counter rows at zero (a type or tenant with no job left) go once a minute: the delete scans them all.
     const dropZero = Date.now() - this.lastZeroDrop >= 60_000;
@@ -62,6 +79,7 @@ export class SqliteStatsOps {
     this.write(() => {
       this.stmt('DELETE FROM job_rates WHERE second < ?').run(Math.floor(params.before / 1000));
       this.stmt('DELETE FROM job_durations WHERE minute < ?').run(Math.floor(params.before / 60_000));
+      this.stmt('DELETE FROM job_reaps WHERE minute < ?').run(Math.floor(params.before / 60_000));
       if (dropZero) this.stmt('DELETE FROM job_counts WHERE n = 0').run();
     });
   }

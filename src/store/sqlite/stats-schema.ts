@@ -13,6 +13,7 @@
  * run times are keyed by tenant first: /v1/stats reads one tenant's window.
  */
 import { durationBucketSql } from '../../core/stats-window.js';
+import { ZOMBIE_REASONS } from '../../core/transitions.js';
 
 const BUCKET = durationBucketSql('NEW.finished_at - NEW.started_at', 'sqlite');
 const ENDED_WITH_TIME = "NEW.started_at IS NOT NULL AND NEW.state IN ('succeeded', 'failed', 'expired')";
@@ -104,4 +105,35 @@ export const STATS_BATCH_MIGRATION = `
   CREATE TRIGGER jobs_stats_ended AFTER UPDATE OF finished_at ON jobs
     WHEN NEW.finished_at IS NOT NULL AND OLD.finished_at IS NOT NEW.finished_at AND NEW.stats_seq IS OLD.stats_seq BEGIN ${finished(ENDED_WITH_TIME)}
   END;
+`;
+
+/** SQL `reason IN (...)` of the attempts that reaped a zombie (core ZOMBIE_REASONS), over `r`. */
+export function zombieReasonSql(r: string): string {
+  return `${r}.reason IN (${ZOMBIE_REASONS.map((x) => `'${x.replaceAll("'", "''")}'`).join(', ')})`;
+}
+
+/**
+ * Migration 11: what the sweeper found, cluster-wide (Store.sweepHealth).
+ * - `jobs_stalled`: running jobs flagged stalled, a partial index as small as their number.
+ * - `job_reaps`: zombies reaped per (tenant, minute), counted by a trigger as the attempt a reap
+ *   ends is recorded (same transaction; later deletion of the job does not uncount it), dropped
+ *   with the other stats older than the window by `compactStats`. Filled from the attempts of the
+ *   window already recorded.
+ */
+export const SWEEP_HEALTH_MIGRATION = `
+  CREATE INDEX jobs_stalled ON jobs (tenant) WHERE state = 'running' AND stalled = 1;
+  CREATE TABLE job_reaps (
+    tenant TEXT NOT NULL,
+    minute INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (tenant, minute)
+  ) WITHOUT ROWID;
+  CREATE INDEX job_reaps_minute ON job_reaps (minute);
+  CREATE TRIGGER job_attempts_reaped AFTER INSERT ON job_attempts WHEN ${zombieReasonSql('NEW')} BEGIN
+    INSERT INTO job_reaps (tenant, minute, n) SELECT tenant, NEW.ended_at / 60000, 1 FROM jobs WHERE id = NEW.job_id
+      ON CONFLICT (tenant, minute) DO UPDATE SET n = n + 1;
+  END;
+  INSERT INTO job_reaps (tenant, minute, n)
+    SELECT j.tenant, a.ended_at / 60000, count(*) FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+    WHERE ${zombieReasonSql('a')} AND a.ended_at >= ${WINDOW_START} GROUP BY 1, 2;
 `;

@@ -203,6 +203,23 @@ export function runDeadLetterContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await store.deadLetterGroups({ filter: { type: 'n' }, limit: 10 }), [{ tenant: 'acme', type: 'n', code: null, count: 1, lastFailedAt: T0 + 4 }]);
       });
 
+      it('code null selects the group of jobs that failed without an error code', async () => {
+        const withCode = await failed('n', 'E1', T0 + 1);
+        const bare: JobRecord[] = [];
+        for (const [i, tenant] of (['acme', 'acme', 'other'] as const).entries()) {
+          const r = await running({ type: 'n', tenant });
+          assert.ok(await apply({ id: r.id, from: 'running', to: 'failed', lease: r.lease, reason: 'fatal', at: T0 + 2 + i, patch: { finishedAt: T0 + 2 + i } }));
+          bare.push(await get(r.id));
+        }
+        const ids = (list: JobRecord[]) => list.map((j) => j.id);
+        assert.deepEqual(await store.deadLetterGroups({ filter: { tenant: 'acme', code: null }, limit: 10 }), [{ tenant: 'acme', type: 'n', code: null, count: 2, lastFailedAt: T0 + 3 }]);
+        assert.deepEqual(ids(await store.failedJobs({ filter: { tenant: 'acme', type: 'n', code: null }, limit: 10, order: 'asc' })), ids(bare.slice(0, 2)));
+        assert.deepEqual(ids(await store.failedJobs({ filter: { type: 'n', code: null }, limit: 10, order: 'desc' })), ids(bare).reverse(), 'every tenant');
+        const page = await store.failedJobs({ filter: { type: 'n', code: null }, limit: 1, order: 'asc', cursor: { finishedAt: T0 + 2, id: bare[0]?.id as string } });
+        assert.deepEqual(ids(page), [bare[1]?.id]);
+        assert.deepEqual(ids(await store.failedJobs({ filter: { type: 'n', code: 'E1' }, limit: 10, order: 'asc' })), [withCode.id], 'a code still selects only its own');
+      });
+
       it('lists failed jobs by filter, in pages over (finishedAt, id), either way', async () => {
         const jobs: JobRecord[] = [];
         for (let i = 0; i < 5; i++) jobs.push(await failed('a', i % 2 === 0 ? 'E1' : 'E2', T0 + 10 + (i < 2 ? 0 : i)));

@@ -14,9 +14,9 @@ import { afterEach, describe, it } from 'node:test';
 import type { JobRecord } from '../../../src/core/job.js';
 import { JOB_STATES, type JobState } from '../../../src/core/states.js';
 import { durationBucket } from '../../../src/core/stats-window.js';
-import { afterFailure, cancelNow, expireResult, manualRetry, succeed } from '../../../src/core/transitions.js';
+import { afterFailure, cancelNow, expireResult, flagStalled, manualRetry, reapLostWorker, succeed, ZOMBIE_REASONS } from '../../../src/core/transitions.js';
 import type { Store } from '../../../src/store/store.js';
-import { newJob } from './fixtures.js';
+import { contractHelpers, newJob } from './fixtures.js';
 
 /** Jobs a database written by the previous release holds (written with that schema's columns only). */
 export interface OldJob {
@@ -176,6 +176,44 @@ export function runStatsContract(name: string, makeStore: () => Promise<Store>, 
       await store.compactStats({ before: now + 120_000 });
       assert.deepEqual(await store.activity({ since: base - 1000, durationsSince: base - 60_000 }), { submitted: 0, finished: 0, durations: [] });
       await assertCountsMatch(store, `seed ${seed}, after the window`);
+    });
+
+    it('sweepHealth: running jobs flagged stalled now, and zombies reaped per minute, which outlive their job', async () => {
+      const store = await makeStore();
+      open.push(store);
+      const { running, apply } = contractHelpers(() => store);
+      const base = Date.now();
+      const health = (tenant?: string, since = base - 60_000) => store.sweepHealth({ ...(tenant === undefined ? {} : { tenant }), reapedSince: since });
+      assert.deepEqual(await health(), { stalled: 0, zombiesReaped: 0 });
+
+      const slow = await running({ tenant: 'acme' }, base);
+      assert.ok(await apply(flagStalled(slow, base + 10)));
+      const lost = await running({ tenant: 'globex', maxAttempts: 3 }, base);
+      const reap1 = reapLostWorker(lost, base + 20);
+      assert.ok(ZOMBIE_REASONS.includes(reap1.reason));
+      assert.ok(await apply(reap1));
+      const spent = await running({ tenant: 'acme', maxAttempts: 1 }, base);
+      const reap2 = reapLostWorker(spent, base + 30);
+      assert.equal(reap2.to, 'failed');
+      assert.ok(ZOMBIE_REASONS.includes(reap2.reason));
+      assert.ok(await apply(reap2));
+      // An attempt that ends otherwise is no reap.
+      const flaky = await running({ tenant: 'acme', maxAttempts: 3 }, base);
+      assert.ok(await apply({ id: flaky.id, from: 'running', to: 'retrying', lease: flaky.lease, reason: 'retry scheduled', at: base + 40, patch: { runAt: base + 40, error: { message: 'x', code: 'X', retryable: true } } }));
+
+      assert.deepEqual(await health(), { stalled: 1, zombiesReaped: 2 });
+      assert.deepEqual(await health('acme'), { stalled: 1, zombiesReaped: 1 });
+      assert.deepEqual(await health('globex'), { stalled: 0, zombiesReaped: 1 });
+      assert.deepEqual(await health('initech'), { stalled: 0, zombiesReaped: 0 });
+      assert.deepEqual(await health(undefined, base + 120_000), { stalled: 1, zombiesReaped: 0 }, 'reaps before the window are not counted');
+
+      // A stalled job that ends is stalled no longer; a reaped job deleted later stays counted.
+      assert.ok(await apply({ id: slow.id, from: 'running', to: 'succeeded', lease: slow.lease, reason: 'completed', at: base + 50, patch: { result: 1, finishedAt: base + 50 } }));
+      assert.equal((await store.deleteJobs({ ids: [spent.id] })).jobs, 1);
+      assert.deepEqual(await health(), { stalled: 0, zombiesReaped: 2 });
+      // The stats upkeep drops the minutes before its bound.
+      await store.compactStats({ before: base + 120_000 });
+      assert.deepEqual(await health(), { stalled: 0, zombiesReaped: 0 });
     });
 
     it('a database with jobs, migrated from the schema before the counters, is counted exactly', async () => {

@@ -19,13 +19,7 @@ interface QueueRow {
   waitP95: number | null;
 }
 
-/** Sweeper counters of the serving process since it started (null: not in its metrics). */
-interface SweeperCounts {
-  stalled: number | null;
-  zombies: number | null;
-}
-
-type State = { rows: QueueRow[]; sweeper: SweeperCounts } | { unavailable: string } | null;
+type State = { rows: QueueRow[] } | { unavailable: string } | null;
 
 async function readQueues(): Promise<State> {
   const res = await fetch('/metrics', { headers: { accept: 'text/plain', ...authHeaders() }, cache: 'no-store' });
@@ -52,8 +46,7 @@ async function readQueues(): Promise<State> {
       waitP50: p50.get(type) ?? null,
       waitP95: p95.get(type) ?? null,
     }));
-  const total = (name: string) => (samples.some((x) => x.name === name) ? [...sumBy(samples, name, '__none__').values()].reduce((a, b) => a + b, 0) : null);
-  return { rows, sweeper: { stalled: total('longhaul_jobs_stalled_total'), zombies: total('longhaul_zombies_reaped_total') } };
+  return { rows };
 }
 
 export function Queues({ refresh }: { refresh: number }) {
@@ -112,13 +105,6 @@ export function Queues({ refresh }: { refresh: number }) {
       ) : null}
       {state && 'rows' in state ? (
         <p class="help">Every tenant's jobs (from /metrics); waits are those of the jobs this server's process claimed since it started.</p>
-      ) : null}
-      {state && 'rows' in state && (state.sweeper.stalled !== null || state.sweeper.zombies !== null) ? (
-        <p data-testid="sweeper-counts">
-          Since this server's process started, its sweeper flagged <strong>{count(state.sweeper.stalled ?? 0)}</strong> stalled jobs and reaped{' '}
-          <strong>{count(state.sweeper.zombies ?? 0)}</strong> zombies (jobs whose worker stopped heartbeating). With several processes, one sweeper
-          runs at a time: see each process's /metrics.
-        </p>
       ) : null}
     </>
   );

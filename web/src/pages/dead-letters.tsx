@@ -16,29 +16,11 @@ const VERB: Record<Action, string> = { retry: 'Replay', discard: 'Discard' };
 
 type Selection = { type?: string; code?: string | null; ids?: string[] };
 
-/** The API's `ids` limit per request. */
-const MAX_IDS = 1000;
-
 async function act(action: Action, selection: Selection): Promise<number> {
-  // A group of jobs that failed without an error code cannot be named by `code`: its jobs are
-  // picked out of the type's failures and sent by id.
-  if (selection.code === null && selection.ids === undefined && selection.type !== undefined) {
-    const ids: string[] = [];
-    let cursor: string | null = null;
-    do {
-      const qs = new URLSearchParams({ type: selection.type, limit: '1000' });
-      if (cursor) qs.set('cursor', cursor);
-      const page: Page<Job> = await api<Page<Job>>(`/v1/dead-letters/jobs?${qs}`);
-      for (const j of page.items) if (!j.error?.code) ids.push(j.id);
-      cursor = page.nextCursor;
-    } while (cursor);
-    let count = 0;
-    for (let i = 0; i < ids.length; i += MAX_IDS) count += await post(action, { ids: ids.slice(i, i + MAX_IDS) });
-    return count;
-  }
+  // A group without an error code is named by `code: null` (jobs that failed without one).
   const body: Selection = {};
   if (selection.type !== undefined) body.type = selection.type;
-  if (selection.code !== undefined && selection.code !== null) body.code = selection.code;
+  if (selection.code !== undefined) body.code = selection.code;
   if (selection.ids !== undefined) body.ids = selection.ids;
   return post(action, body);
 }
@@ -168,14 +150,14 @@ function GroupJobs({
   const page = useAsync(
     (signal) => {
       const qs = new URLSearchParams({ type: group.type });
-      if (group.code !== null) qs.set('code', group.code);
+      if (group.code === null) qs.set('noCode', 'true');
+      else qs.set('code', group.code);
       if (cursor) qs.set('cursor', cursor);
       return api<Page<Job>>(`/v1/dead-letters/jobs?${qs}`, { signal });
     },
     [group.type, group.code, cursor, tick],
   );
-  // Without a code to filter on, the type's failures are listed and those with a code left out.
-  const items = (page.data?.items ?? []).filter((j) => group.code !== null || !j.error?.code);
+  const items = page.data?.items ?? [];
   const toggle = (id: string) =>
     setSelected((s) => {
       const n = new Set(s);

@@ -9,7 +9,7 @@ import { JsonView } from '../components/json-view';
 import { ProgressBar, StatusBadge } from '../components/status';
 import { bytes, ms, time } from '../format';
 import { useAsync, useFeed, useThrottled } from '../hooks';
-import { href } from '../router';
+import { href, withTenant } from '../router';
 import { type Attempt, type Job, type JobError, type Page, TERMINAL, type Transition, type WebhookDelivery } from '../types';
 
 /** A job's change sequence (as the server's SSE ids): the later of its state and progress times. */
@@ -22,7 +22,8 @@ function newer(prev: Job | null, next: Job): Job {
   return prev && prev.id === next.id && seq(next) < seq(prev) ? prev : next;
 }
 
-export function JobDetail({ id }: { id: string }) {
+/** `tenant`: another tenant's job, read by an admin (`tenant=` on every request); null: the caller's own. */
+export function JobDetail({ id, tenant }: { id: string; tenant: string | null }) {
   const [job, setJob] = useState<Job | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
@@ -33,16 +34,16 @@ export function JobDetail({ id }: { id: string }) {
     const controller = new AbortController();
     setJob(null);
     setError(null);
-    api<Job>(`/v1/jobs/${encodeURIComponent(id)}`, { signal: controller.signal }).then(setJob, (err: Error) => {
+    api<Job>(withTenant(`/v1/jobs/${encodeURIComponent(id)}`, tenant), { signal: controller.signal }).then(setJob, (err: Error) => {
       if (!controller.signal.aborted) setError(err instanceof ApiError && err.status === 404 ? `No job ${id} (or not yours).` : err.message);
     });
     return () => controller.abort();
-  }, [id]);
+  }, [id, tenant]);
 
   const refreshRelated = useThrottled(() => setTick((t) => t + 1), 500);
   useFeed((snap, event) => {
     if (snap === null) {
-      api<Job>(`/v1/jobs/${encodeURIComponent(id)}`).then((j) => setJob((prev) => newer(prev, j)), () => undefined);
+      api<Job>(withTenant(`/v1/jobs/${encodeURIComponent(id)}`, tenant)).then((j) => setJob((prev) => newer(prev, j)), () => undefined);
       refreshRelated();
       return;
     }
@@ -58,7 +59,7 @@ export function JobDetail({ id }: { id: string }) {
     setBusy(true);
     setNotice(null);
     try {
-      const next = await api<Job>(`/v1/jobs/${encodeURIComponent(id)}/${action}`, { method: 'POST' });
+      const next = await api<Job>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/${action}`, tenant), { method: 'POST' });
       setJob((prev) => newer(prev, next));
       setNotice(action === 'cancel' ? (next.status === 'cancelled' ? 'Cancelled.' : 'Cancel requested: the worker is stopping the job.') : 'Queued again.');
       refreshRelated();
@@ -77,7 +78,7 @@ export function JobDetail({ id }: { id: string }) {
   return (
     <article aria-labelledby="job-title" data-testid="job-detail" data-status={job.status}>
       <p>
-        <a href="#/jobs">← Jobs</a>
+        <a href={href('/jobs', { tenant: tenant ?? undefined })}>← Jobs</a>
       </p>
       <h1 id="job-title">
         {job.type} <span class="mono small">{job.id}</span>
@@ -122,7 +123,7 @@ export function JobDetail({ id }: { id: string }) {
           <>
             <dt>Parent</dt>
             <dd>
-              <a class="mono" href={href(`/jobs/${job.parentId}`)}>
+              <a class="mono" href={href(`/jobs/${job.parentId}`, { tenant: tenant ?? undefined })}>
                 {job.parentId}
               </a>
             </dd>
@@ -146,12 +147,12 @@ export function JobDetail({ id }: { id: string }) {
         </>
       ) : null}
 
-      <Attempts id={id} tick={tick} job={job} />
-      <Timeline id={id} tick={tick} />
-      <Checkpoint id={id} tick={tick} />
-      {job.children ? <Children id={id} tick={tick} total={job.children.total} byState={job.children.byState} /> : null}
+      <Attempts id={id} tenant={tenant} tick={tick} job={job} />
+      <Timeline id={id} tenant={tenant} tick={tick} />
+      <Checkpoint id={id} tenant={tenant} tick={tick} />
+      {job.children ? <Children id={id} tenant={tenant} tick={tick} total={job.children.total} byState={job.children.byState} /> : null}
       <Results job={job} />
-      <Webhooks id={id} tick={tick} />
+      <Webhooks id={id} tenant={tenant} tick={tick} />
 
       <h2>Input</h2>
       <JsonView value={job.input} label="input" />
@@ -179,17 +180,20 @@ function ErrorBox({ error, label }: { error: JobError | null; label: string }) {
   );
 }
 
-function Attempts({ id, tick, job }: { id: string; tick: number; job: Job }) {
+/** The job's identity on the API: its id, and the tenant an admin reads it as (null: the caller's own). */
+type JobRef = { id: string; tenant: string | null; tick: number };
+
+function Attempts({ id, tenant, tick, job }: JobRef & { job: Job }) {
   const [cursor, setCursor] = useState<string | null>(null);
   const [earlier, setEarlier] = useState<Attempt[]>([]);
   const attempts = useAsync(async (signal) => {
     try {
-      return await api<Page<Attempt>>(`/v1/jobs/${encodeURIComponent(id)}/attempts${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`, { signal });
+      return await api<Page<Attempt>>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/attempts${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`, tenant), { signal });
     } catch (err) {
       if (isMissingRoute(err)) return null;
       throw err;
     }
-  }, [id, tick, cursor]);
+  }, [id, tenant, tick, cursor]);
   const items = attempts.data ? [...earlier, ...attempts.data.items] : [];
   return (
     <>
@@ -230,8 +234,8 @@ function Attempts({ id, tick, job }: { id: string; tick: number; job: Job }) {
   );
 }
 
-function Timeline({ id, tick }: { id: string; tick: number }) {
-  const t = useAsync((signal) => api<{ items: Transition[] }>(`/v1/jobs/${encodeURIComponent(id)}/transitions`, { signal }), [id, tick]);
+function Timeline({ id, tenant, tick }: JobRef) {
+  const t = useAsync((signal) => api<{ items: Transition[] }>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/transitions`, tenant), { signal }), [id, tenant, tick]);
   return (
     <>
       <h2>Transitions</h2>
@@ -253,16 +257,18 @@ function Timeline({ id, tick }: { id: string; tick: number }) {
   );
 }
 
-function Checkpoint({ id, tick }: { id: string; tick: number }) {
+function Checkpoint({ id, tenant, tick }: JobRef) {
   const c = useAsync(async (signal) => {
     try {
-      const r = await api<{ checkpoint: { version: number; data: unknown; corrupt: boolean } | null }>(`/v1/jobs/${encodeURIComponent(id)}/checkpoint`, { signal });
+      const r = await api<{ checkpoint: { version: number; data: unknown; corrupt: boolean } | null }>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/checkpoint`, tenant), {
+        signal,
+      });
       return { found: true as const, value: r.checkpoint };
     } catch (err) {
       if (isMissingRoute(err)) return { found: false as const, value: null };
       throw err;
     }
-  }, [id, tick]);
+  }, [id, tenant, tick]);
   return (
     <>
       <h2>Checkpoint</h2>
@@ -282,11 +288,11 @@ function Checkpoint({ id, tick }: { id: string; tick: number }) {
   );
 }
 
-function Children({ id, tick, total, byState }: { id: string; tick: number; total: number; byState: Record<string, number> }) {
+function Children({ id, tenant, tick, total, byState }: JobRef & { total: number; byState: Record<string, number> }) {
   const [cursor, setCursor] = useState<string | null>(null);
   const page = useAsync(
-    (signal) => api<Page<Job>>(`/v1/jobs?parentId=${encodeURIComponent(id)}&limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { signal }),
-    [id, tick, cursor],
+    (signal) => api<Page<Job>>(withTenant(`/v1/jobs?parentId=${encodeURIComponent(id)}&limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, tenant), { signal }),
+    [id, tenant, tick, cursor],
   );
   const summary = Object.entries(byState)
     .filter(([, n]) => n > 0)
@@ -301,7 +307,7 @@ function Children({ id, tick, total, byState }: { id: string; tick: number; tota
       <ul class="children" data-testid="children">
         {(page.data?.items ?? []).map((c) => (
           <li key={c.id}>
-            <a class="mono" href={href(`/jobs/${c.id}`)}>
+            <a class="mono" href={href(`/jobs/${c.id}`, { tenant: tenant ?? undefined })}>
               {c.id}
             </a>{' '}
             {c.type} <StatusBadge job={c} />
@@ -342,8 +348,8 @@ function Results({ job }: { job: Job }) {
   );
 }
 
-function Webhooks({ id, tick }: { id: string; tick: number }) {
-  const w = useAsync((signal) => api<{ items: WebhookDelivery[] }>(`/v1/jobs/${encodeURIComponent(id)}/webhooks`, { signal }), [id, tick]);
+function Webhooks({ id, tenant, tick }: JobRef) {
+  const w = useAsync((signal) => api<{ items: WebhookDelivery[] }>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/webhooks`, tenant), { signal }), [id, tenant, tick]);
   const items = w.data?.items ?? [];
   return (
     <>

@@ -2,16 +2,18 @@
  * Jobs: the tenant's jobs, newest first, filtered by state and type (server-side) and by text
  * (a full job id is looked up; other text filters the loaded page by id, type and metadata).
  * Cursor pagination; rows update live from the feed, and new jobs that match appear on the
- * first page.
+ * first page. An admin (`GET /v1/whoami`) also gets a tenant filter: another tenant's jobs
+ * (`tenant=` on every request, and the feed follows that tenant; see app.tsx); others never see it.
  */
 import { useEffect, useState } from 'preact/hooks';
 import { api, ApiError } from '../api';
 import { ProgressBar, StatusBadge } from '../components/status';
 import { ago } from '../format';
 import { useFeed, useNow } from '../hooks';
-import { href, navigate, type Route } from '../router';
+import { href, navigate, type Route, withTenant } from '../router';
 import { taskTypes } from '../task-types';
 import { JOB_STATES, type Job, type Page } from '../types';
+import { type Caller, whoami } from '../whoami';
 
 const PAGE_SIZE = 50;
 const ID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -28,8 +30,11 @@ export function Jobs({ route }: { route: Route }) {
   const type = route.params.get('type') ?? '';
   const q = route.params.get('q') ?? '';
   const cursor = route.params.get('cursor') ?? '';
+  // Another tenant's jobs (admins); empty: the caller's own.
+  const tenant = route.params.get('tenant') ?? '';
+  const [caller, setCaller] = useState<Caller | null>(null);
   const [page, setPage] = useState<(Page<Job> & { filterKey?: string }) | null>(null);
-  const filterKey = `${state}|${type}|${q}|${cursor}`;
+  const filterKey = `${state}|${type}|${q}|${cursor}|${tenant}`;
   const [error, setError] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
   const [types, setTypes] = useState<string[]>([]);
@@ -41,6 +46,9 @@ export function Jobs({ route }: { route: Route }) {
   // The type suggestions wait for the first page of jobs: on an older server they cost a
   // `/v1/stats` read, which must not delay the table.
   const firstLoaded = page !== null;
+  useEffect(() => {
+    whoami().then(setCaller, () => undefined);
+  }, []);
   useEffect(() => {
     if (!firstLoaded) return;
     taskTypes().then(
@@ -57,7 +65,7 @@ export function Jobs({ route }: { route: Route }) {
     const load = async (): Promise<Page<Job>> => {
       if (ID_PATTERN.test(q.trim())) {
         try {
-          return { items: [await api<Job>(`/v1/jobs/${encodeURIComponent(q.trim())}`, { signal: controller.signal })], nextCursor: null };
+          return { items: [await api<Job>(withTenant(`/v1/jobs/${encodeURIComponent(q.trim())}`, tenant || null), { signal: controller.signal })], nextCursor: null };
         } catch (err) {
           if (err instanceof ApiError && (err.status === 404 || err.status === 410)) return { items: [], nextCursor: null };
           throw err;
@@ -68,6 +76,7 @@ export function Jobs({ route }: { route: Route }) {
       if (type) qs.set('type', type);
       if (q.trim()) qs.set('q', q.trim());
       if (cursor) qs.set('cursor', cursor);
+      if (tenant) qs.set('tenant', tenant);
       return api<Page<Job>>(`/v1/jobs?${qs}`, { signal: controller.signal });
     };
     load().then(
@@ -83,7 +92,7 @@ export function Jobs({ route }: { route: Route }) {
       },
     );
     return () => controller.abort();
-  }, [state, type, q, cursor, reloadTick]);
+  }, [state, type, q, cursor, tenant, reloadTick]);
 
   useFeed((job) => {
     if (job === null) return setReloadTick((t) => t + 1);
@@ -107,21 +116,34 @@ export function Jobs({ route }: { route: Route }) {
   });
 
   const setFilter = (next: Record<string, string | undefined>) => {
-    navigate('/jobs', { state, type, q, ...next, cursor: undefined });
+    navigate('/jobs', { state, type, q, tenant, ...next, cursor: undefined });
   };
+  // The filter is offered to admins, and kept visible while a link names a tenant.
+  const tenantFilter = caller?.admin === true || tenant !== '';
+  const rowTenant = tenant || undefined;
 
   const shown = page?.items ?? [];
 
   return (
     <section aria-labelledby="jobs-title">
       <h1 id="jobs-title">Jobs</h1>
+      {tenant ? (
+        <p class="notice" data-testid="jobs-tenant">
+          Tenant <strong>{tenant}</strong>'s jobs.
+        </p>
+      ) : null}
       <form
         class="filters"
         aria-label="Filter jobs"
         onSubmit={(e) => {
           e.preventDefault();
           const f = new FormData(e.currentTarget);
-          setFilter({ state: String(f.get('state') ?? ''), type: String(f.get('type') ?? '').trim(), q: String(f.get('q') ?? '').trim() });
+          setFilter({
+            state: String(f.get('state') ?? ''),
+            type: String(f.get('type') ?? '').trim(),
+            q: String(f.get('q') ?? '').trim(),
+            ...(tenantFilter ? { tenant: String(f.get('tenant') ?? '').trim() } : {}),
+          });
         }}
       >
         <label>
@@ -147,6 +169,25 @@ export function Jobs({ route }: { route: Route }) {
             ))}
           </datalist>
         </label>
+        {tenantFilter ? (
+          <label>
+            Tenant
+            <input
+              name="tenant"
+              list="tenant-list"
+              defaultValue={tenant}
+              key={`tenant-${tenant}`}
+              autoComplete="off"
+              placeholder={caller ? `${caller.tenant} (yours)` : 'yours'}
+              aria-describedby="tenant-help"
+            />
+            <datalist id="tenant-list">
+              {(caller?.tenants ?? []).map((t) => (
+                <option key={t} value={t} />
+              ))}
+            </datalist>
+          </label>
+        ) : null}
         <label>
           Search
           <input name="q" type="search" defaultValue={q} key={`q-${q}`} placeholder="id or metadata text" aria-describedby="search-help" />
@@ -155,11 +196,16 @@ export function Jobs({ route }: { route: Route }) {
         <p id="search-help" class="help">
           Finds jobs whose id or metadata contains the text (letters in any case).
         </p>
+        {tenantFilter ? (
+          <p id="tenant-help" class="help">
+            An admin key sees any tenant's jobs: name the tenant (empty: your own).
+          </p>
+        ) : null}
       </form>
 
       {error ? <p role="alert">{error}</p> : null}
       <table class="data jobs" aria-busy={loading} data-testid="jobs-table">
-        <caption class="visually-hidden">Jobs, newest first</caption>
+        <caption class="visually-hidden">{tenant ? `Tenant ${tenant}'s jobs, newest first` : 'Jobs, newest first'}</caption>
         <thead>
           <tr>
             <th scope="col">Job</th>
@@ -181,7 +227,7 @@ export function Jobs({ route }: { route: Route }) {
           {shown.map((j) => (
             <tr key={j.id} data-job-id={j.id}>
               <td>
-                <a href={href(`/jobs/${j.id}`)} class="mono">
+                <a href={href(`/jobs/${j.id}`, { tenant: rowTenant })} class="mono">
                   {j.id}
                 </a>
               </td>
@@ -206,7 +252,7 @@ export function Jobs({ route }: { route: Route }) {
           disabled={!cursor}
           onClick={() => {
             const prev = back.slice(0, -1);
-            history.pushState({ back: prev }, '', href('/jobs', { state, type, q, cursor: back[back.length - 1] || undefined }));
+            history.pushState({ back: prev }, '', href('/jobs', { state, type, q, tenant: rowTenant, cursor: back[back.length - 1] || undefined }));
             window.dispatchEvent(new HashChangeEvent('hashchange'));
           }}
         >
@@ -217,7 +263,7 @@ export function Jobs({ route }: { route: Route }) {
           disabled={!page?.nextCursor}
           onClick={() => {
             if (!page?.nextCursor) return;
-            history.pushState({ back: [...back, cursor] }, '', href('/jobs', { state, type, q, cursor: page.nextCursor }));
+            history.pushState({ back: [...back, cursor] }, '', href('/jobs', { state, type, q, tenant: rowTenant, cursor: page.nextCursor }));
             window.dispatchEvent(new HashChangeEvent('hashchange'));
           }}
         >

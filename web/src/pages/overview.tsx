@@ -67,6 +67,8 @@ export function Overview() {
         <Tile label="Finished / min" value={count(stats.rates.finishedPerMinute)} />
         <Tile label="Failure rate (failed of ended)" value={failureRate === null ? '—' : `${failureRate.toFixed(1)} %`} />
         <Tile label="Dead letters (failed)" value={count(c.failed)} to="#/dead-letters" />
+        <Tile label="Stalled now (running, no progress)" value={stats.sweeper ? count(stats.sweeper.stalled) : '—'} testId="tile-stalled" />
+        <Tile label="Zombies reaped (last 15 min)" value={stats.sweeper ? count(stats.sweeper.zombiesReaped) : '—'} testId="tile-zombies" />
       </ul>
 
       <div class="grid-2">
@@ -139,9 +141,9 @@ export function Overview() {
   );
 }
 
-function Tile({ label, value, to }: { label: string; value: string; to?: string }) {
+function Tile({ label, value, to, testId }: { label: string; value: string; to?: string; testId?: string }) {
   return (
-    <li class="tile">
+    <li class="tile" data-testid={testId}>
       <span class="tile-value">{value}</span>
       {to ? (
         <a class="tile-label" href={to}>
