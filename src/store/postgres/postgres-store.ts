@@ -25,7 +25,6 @@ import { isUuid } from '../../core/ids.js';
 import type { Checkpoint, JobRecord, TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
 import { DEFAULT_PRIORITY_AGING_MS } from '../../core/claim-plan.js';
-import type { JobState } from '../../core/states.js';
 import type {
   ClaimCycle,
   JobQueueStore,
@@ -37,7 +36,7 @@ import type {
   LeaseRef,
   ListJobsParams,
   MigrationResult,
-  ResultFileRecord,
+  ResultFileStore,
   Store,
   SweepParams,
   ScheduleStore,
@@ -45,9 +44,7 @@ import type {
   DeadLetterStore,
   WorkflowStore,
   TransitionParams,
-  WebhookDeliveryEntry,
-  WebhookEvent,
-  WebhookTarget,
+  WebhookOutboxStore,
   StoreCapabilities,
 } from '../store.js';
 import { encodeCursor, JOB_SELECT, parseLog, rowToJob } from './rows.js';
@@ -58,6 +55,8 @@ import { PgWorkflowOps } from './workflow-ops.js';
 import { PgRetentionOps } from './retention-ops.js';
 import { PgDeadLetterOps } from './dead-letter-ops.js';
 import { PgStatsOps } from './stats-ops.js';
+import { PgResultFileOps } from './result-file-ops.js';
+import { PgWebhookOps } from './webhook-ops.js';
 import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
@@ -170,6 +169,8 @@ export class PostgresStore implements Store {
   private readonly retention: PgRetentionOps;
   private readonly deadLetters: PgDeadLetterOps;
   private readonly stats: PgStatsOps;
+  private readonly resultFiles: PgResultFileOps;
+  private readonly webhooks: PgWebhookOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -202,6 +203,8 @@ export class PostgresStore implements Store {
     this.retention = new PgRetentionOps(this.pool, this.s);
     this.deadLetters = new PgDeadLetterOps(this.pool, this.s);
     this.stats = new PgStatsOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
+    this.resultFiles = new PgResultFileOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
+    this.webhooks = new PgWebhookOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -564,142 +567,23 @@ export class PostgresStore implements Store {
   deadLetterGroups: DeadLetterStore['deadLetterGroups'] = (p) => this.deadLetters.deadLetterGroups(p);
   failedJobs: DeadLetterStore['failedJobs'] = (p) => this.deadLetters.failedJobs(p);
 
-  // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
+  // ---- result files (ResultFileStore): result-file-ops.ts -------------------------------------
 
-  async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const f = params.file;
-    const s = this.s;
-    // The job row is locked FOR SHARE: a transition taking the lease away waits, or this sees it.
-    const res = await this.pool.query(
-      `WITH held AS (SELECT j.id FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE)
-       INSERT INTO ${s}.job_results (job_id, name, seq, size, content_type, sha256, key, created_at)
-       SELECT held.id, $3, (SELECT coalesce(max(r.seq), 0) + 1 FROM ${s}.job_results r WHERE r.job_id = held.id), $4, $5, $6, $7, $8 FROM held
-       ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, content_type = excluded.content_type,
-         sha256 = excluded.sha256, key = excluded.key, created_at = excluded.created_at`,
-      [params.id, params.lease, f.name, f.size, f.contentType, f.sha256, f.key, params.now],
-    );
-    return res.rowCount === 1;
-  }
+  recordResult: ResultFileStore['recordResult'] = (p) => this.resultFiles.recordResult(p);
+  unrecordResult: ResultFileStore['unrecordResult'] = (p) => this.resultFiles.unrecordResult(p);
+  listResults: ResultFileStore['listResults'] = (p) => this.resultFiles.listResults(p);
+  deleteResults: ResultFileStore['deleteResults'] = (p) => this.resultFiles.deleteResults(p);
+  countDownload: ResultFileStore['countDownload'] = (p) => this.resultFiles.countDownload(p);
 
-  async unrecordResult(params: LeaseRef & { name: string }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const s = this.s;
-    const res = await this.pool.query(
-      `WITH held AS (SELECT j.id FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE),
-       gone AS (DELETE FROM ${s}.job_results r USING held WHERE r.job_id = held.id AND r.name = $3)
-       SELECT count(*)::integer FROM held`,
-      [params.id, params.lease, params.name],
-    );
-    return Number(res.rows[0]?.count ?? 0) === 1;
-  }
+  // ---- the webhook outbox (WebhookOutboxStore): webhook-ops.ts ----------------------------------
 
-  async listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>> {
-    const out = new Map<string, ResultFileRecord[]>();
-    const ids = params.ids.filter(isUuid);
-    if (ids.length === 0) return out;
-    const rows = await this.rows(
-      'list_results',
-      `SELECT job_id::text, name, size, content_type, sha256, key, downloads FROM ${this.s}.job_results
-       WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, seq`,
-      [ids],
-    );
-    for (const r of rows) {
-      const jobId = r[0] as string;
-      const list = out.get(jobId) ?? [];
-      list.push({ name: r[1] as string, size: Number(r[2]), contentType: r[3] as string, sha256: r[4] as string, key: r[5] as string, downloads: Number(r[6]) });
-      out.set(jobId, list);
-    }
-    return out;
-  }
-
-  async deleteResults(params: { id: string }): Promise<void> {
-    if (!isUuid(params.id)) return;
-    await this.pool.query(`DELETE FROM ${this.s}.job_results WHERE job_id = $1`, [params.id]);
-  }
-
-  async countDownload(params: { id: string; name: string }): Promise<void> {
-    if (!isUuid(params.id)) return;
-    await this.pool.query(`UPDATE ${this.s}.job_results SET downloads = downloads + 1 WHERE job_id = $1 AND name = $2`, [params.id, params.name]);
-  }
-
-  async saveWebhook(params: WebhookTarget): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.s}.job_webhooks (job_id, url, secret) VALUES ($1, $2, $3)
-       ON CONFLICT (job_id) DO UPDATE SET url = excluded.url, secret = excluded.secret, pending = true, notified_finished_at = NULL`,
-      [params.jobId, params.url, params.secret],
-    );
-  }
-
-  async deleteWebhook(params: { jobId: string }): Promise<void> {
-    if (!isUuid(params.jobId)) return;
-    await this.pool.query(`DELETE FROM ${this.s}.job_webhooks WHERE job_id = $1`, [params.jobId]);
-  }
-
-  async getWebhook(params: { jobId: string }): Promise<WebhookTarget | null> {
-    if (!isUuid(params.jobId)) return null;
-    const res = await this.pool.query<{ url: string; secret: string | null }>(`SELECT url, secret FROM ${this.s}.job_webhooks WHERE job_id = $1`, [params.jobId]);
-    const row = res.rows[0];
-    return row ? { jobId: params.jobId, url: row.url, secret: row.secret } : null;
-  }
-
-  async pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]> {
-    const rows = await this.rows(
-      'pending_webhooks',
-      // The pending webhooks first (few, by their partial index), never a walk of every finished job.
-      `WITH w AS MATERIALIZED (SELECT job_id, notified_finished_at FROM ${this.s}.job_webhooks WHERE pending)
-       SELECT j.id::text, j.tenant, j.state, j.finished_at FROM w JOIN ${this.s}.jobs j ON j.id = w.job_id
-       WHERE j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at IS NOT NULL
-         AND w.notified_finished_at IS DISTINCT FROM j.finished_at
-       ORDER BY j.finished_at LIMIT $1`,
-      [Math.max(1, Math.floor(params.limit))],
-    );
-    return rows.map((r) => ({ jobId: r[0] as string, tenant: r[1] as string, state: r[2] as JobState, finishedAt: Number(r[3]) }));
-  }
-
-  async markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void> {
-    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = false, notified_finished_at = $2 WHERE job_id = $1`, [params.jobId, params.finishedAt]);
-  }
-
-  async rearmWebhook(params: { jobId: string }): Promise<void> {
-    if (!isUuid(params.jobId)) return;
-    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = true WHERE job_id = $1`, [params.jobId]);
-  }
-
-  async rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void> {
-    const ids = params.jobIds.filter(isUuid);
-    if (ids.length === 0) return;
-    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = true WHERE job_id = ANY($1::uuid[])`, [ids]);
-  }
-
-  async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.s}.webhook_deliveries (job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-      [e.jobId, e.deliveryId, e.eventType, e.attempt, e.at, e.url, e.status, e.ok, e.error, Math.round(e.durationMs), e.responseSnippet],
-    );
-  }
-
-  async listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]> {
-    if (!isUuid(params.jobId)) return [];
-    const rows = await this.rows(
-      'list_deliveries',
-      `SELECT job_id::text, delivery_id::text, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet
-       FROM ${this.s}.webhook_deliveries WHERE job_id = $1 ORDER BY seq LIMIT $2`,
-      [params.jobId, Math.max(1, Math.floor(params.limit))],
-    );
-    return rows.map((r) => ({
-      jobId: r[0] as string,
-      deliveryId: r[1] as string,
-      eventType: r[2] as string,
-      attempt: Number(r[3]),
-      at: Number(r[4]),
-      url: r[5] as string,
-      status: r[6] === null ? null : Number(r[6]),
-      ok: r[7] === true,
-      error: (r[8] as string | null) ?? null,
-      durationMs: Number(r[9]),
-      responseSnippet: (r[10] as string | null) ?? null,
-    }));
-  }
+  saveWebhook: WebhookOutboxStore['saveWebhook'] = (p) => this.webhooks.saveWebhook(p);
+  deleteWebhook: WebhookOutboxStore['deleteWebhook'] = (p) => this.webhooks.deleteWebhook(p);
+  getWebhook: WebhookOutboxStore['getWebhook'] = (p) => this.webhooks.getWebhook(p);
+  pendingWebhookEvents: WebhookOutboxStore['pendingWebhookEvents'] = (p) => this.webhooks.pendingWebhookEvents(p);
+  markWebhookEvent: WebhookOutboxStore['markWebhookEvent'] = (p) => this.webhooks.markWebhookEvent(p);
+  rearmWebhook: WebhookOutboxStore['rearmWebhook'] = (p) => this.webhooks.rearmWebhook(p);
+  rearmWebhooks: WebhookOutboxStore['rearmWebhooks'] = (p) => this.webhooks.rearmWebhooks(p);
+  recordWebhookDelivery: WebhookOutboxStore['recordWebhookDelivery'] = (p) => this.webhooks.recordWebhookDelivery(p);
+  listWebhookDeliveries: WebhookOutboxStore['listWebhookDeliveries'] = (p) => this.webhooks.listWebhookDeliveries(p);
 }
