@@ -22,8 +22,7 @@
  */
 import pg from 'pg';
 import { isUuid } from '../../core/ids.js';
-import type { Checkpoint, JobRecord, TransitionEntry } from '../../core/job.js';
-import type { Progress } from '../../core/progress.js';
+import type { JobRecord, TransitionEntry } from '../../core/job.js';
 import { DEFAULT_PRIORITY_AGING_MS } from '../../core/claim-plan.js';
 import type {
   ClaimCycle,
@@ -31,9 +30,7 @@ import type {
   ClaimParams,
   TenantCaps,
   GetJobParams,
-  HeartbeatResult,
   JobPage,
-  LeaseRef,
   ListJobsParams,
   MigrationResult,
   ResultFileStore,
@@ -55,9 +52,10 @@ import { PgWorkflowOps } from './workflow-ops.js';
 import { PgRetentionOps } from './retention-ops.js';
 import { PgDeadLetterOps } from './dead-letter-ops.js';
 import { PgStatsOps } from './stats-ops.js';
+import { PgLeaseOps } from './lease-ops.js';
 import { PgResultFileOps } from './result-file-ops.js';
 import { PgWebhookOps } from './webhook-ops.js';
-import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
+import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
 import { WakeListener } from './wake-listener.js';
@@ -97,7 +95,6 @@ function decodeCursor(cursor: string): string {
   if (!isUuid(id)) throw new Error('invalid cursor');
   return id;
 }
-
 
 /** The stricter of two optional limits. */
 function stricter(a: number | null, b: number | null): number | null {
@@ -143,10 +140,6 @@ function capArrays(caps: TenantCaps | undefined): [string[], (number | null)[], 
   return [names, names.map((n) => cap(caps.byTenant[n])), cap(caps.others)];
 }
 
-function leaseKey(id: string, lease: number): string {
-  return `${id}#${lease}`;
-}
-
 export class PostgresStore implements Store {
   readonly capabilities: StoreCapabilities;
   readonly pool: pg.Pool;
@@ -169,6 +162,7 @@ export class PostgresStore implements Store {
   private readonly retention: PgRetentionOps;
   private readonly deadLetters: PgDeadLetterOps;
   private readonly stats: PgStatsOps;
+  private readonly leases: PgLeaseOps;
   private readonly resultFiles: PgResultFileOps;
   private readonly webhooks: PgWebhookOps;
 
@@ -197,14 +191,16 @@ export class PostgresStore implements Store {
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
     const host = { pool: this.pool, s: this.s, inTransaction: this.inTransaction.bind(this) };
-    this.submit = new PgSubmitOps({ ...host, schema: this.schema, channel: this.channel, rows: this.rows.bind(this) });
+    const rows = this.rows.bind(this);
+    this.submit = new PgSubmitOps({ ...host, schema: this.schema, channel: this.channel, rows });
     this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.submit.insertMany(jobs, {}, client) });
     this.schedules = new PgScheduleOps(this.pool, this.s);
     this.retention = new PgRetentionOps(this.pool, this.s);
     this.deadLetters = new PgDeadLetterOps(this.pool, this.s);
-    this.stats = new PgStatsOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
-    this.resultFiles = new PgResultFileOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
-    this.webhooks = new PgWebhookOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
+    this.stats = new PgStatsOps(this.pool, this.s, rows);
+    this.leases = new PgLeaseOps(this.pool, this.s, rows);
+    this.resultFiles = new PgResultFileOps(this.pool, this.s, rows);
+    this.webhooks = new PgWebhookOps(this.pool, this.s, rows);
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -224,27 +220,6 @@ export class PostgresStore implements Store {
       cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
       promote: `SELECT ${s}.promote_due($1, $2)`,
-      heartbeat: `UPDATE ${s}.jobs j SET heartbeat_at = $3
-        FROM unnest($1::uuid[], $2::integer[]) AS i(id, lease)
-        WHERE j.id = i.id AND j.lease = i.lease AND j.state = 'running'
-        RETURNING j.id::text, j.lease, j.cancel_requested, j.cancel_reason`,
-      leaseStatus: `SELECT j.id::text, j.lease, j.state, j.cancel_requested, j.cancel_reason FROM ${s}.jobs j WHERE j.id = ANY($1::uuid[])`,
-      // The job row is locked FOR SHARE: a transition that takes the lease away waits for this
-      // statement, or this statement sees its result and writes nothing.
-      progress: `
-        WITH held AS (
-          SELECT j.id, j.stalled FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE
-        ), saved AS (
-          INSERT INTO ${s}.progress (job_id, data, updated_at) SELECT held.id, $3::json, $4 FROM held
-          ON CONFLICT (job_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at
-          RETURNING job_id
-        ), unstalled AS (
-          UPDATE ${s}.jobs j SET stalled = false, updated_at = greatest($4::bigint + 1, j.updated_at + 1),
-            log = ${logAppend("'running'", "'running'", '$4::bigint', "'progress resumed'", 'j.attempts', 'j.worker_id')}
-          FROM held WHERE j.id = held.id AND held.stalled
-        )
-        SELECT count(*)::integer FROM saved`,
-      checkpoint: `UPDATE ${s}.jobs SET checkpoint = $3::json WHERE id = $1 AND lease = $2 AND state = 'running'`,
       sweep: {
         stale: sweep("j.state = 'running' AND j.heartbeat_at < $1 - j.heartbeat_timeout_ms"),
         'timed-out': sweep("j.state = 'running' AND j.timeout_ms IS NOT NULL AND NOT j.cancel_requested AND j.started_at + j.timeout_ms < $1"),
@@ -461,51 +436,12 @@ export class PostgresStore implements Store {
     return Number(row?.[0] ?? 0);
   }
 
-  // ---- lease-holder writes --------------------------------------------------------------------
+  // ---- lease-holder writes: lease-ops.ts ------------------------------------------------------
 
-  async heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    const refs = [...new Map(params.items.filter((i) => isUuid(i.id)).map((i) => [leaseKey(i.id, i.lease), i])).values()].sort((a, b) =>
-      a.id < b.id ? -1 : a.id > b.id ? 1 : 0,
-    );
-    const held = new Map<string, { cancelRequested: boolean; cancelReason: string | null }>();
-    if (refs.length > 0) {
-      const rows = await this.rows('heartbeat', this.sql.heartbeat, [refs.map((r) => r.id), refs.map((r) => r.lease), params.now]);
-      for (const r of rows) held.set(leaseKey(r[0] as string, Number(r[1])), { cancelRequested: r[2] === true, cancelReason: (r[3] as string | null) ?? null });
-    }
-    return params.items.map((ref) => {
-      const h = held.get(leaseKey(ref.id, ref.lease));
-      return h ? { id: ref.id, ok: true, ...h } : { id: ref.id, ok: false, cancelRequested: false, cancelReason: null };
-    });
-  }
-
-  async leaseStatus(params: { items: LeaseRef[] }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    const ids = [...new Set(params.items.map((i) => i.id).filter(isUuid))];
-    const byId = new Map<string, unknown[]>();
-    if (ids.length > 0) for (const r of await this.rows('lease_status', this.sql.leaseStatus, [ids])) byId.set(r[0] as string, r);
-    return params.items.map((ref) => {
-      const r = byId.get(ref.id);
-      const ok = r !== undefined && r[2] === 'running' && Number(r[1]) === ref.lease;
-      return { id: ref.id, ok, cancelRequested: ok && r[3] === true, cancelReason: ok ? ((r[4] as string | null) ?? null) : null };
-    });
-  }
-
-  async saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const [row] = await this.rows('progress', this.sql.progress, [params.id, params.lease, JSON.stringify(params.progress), params.now]);
-    return Number(row?.[0] ?? 0) === 1;
-  }
-
-  async saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const res = await this.pool.query({
-      name: 'lh_checkpoint',
-      text: this.sql.checkpoint,
-      values: [params.id, params.lease, JSON.stringify({ version: params.checkpoint.version, data: params.checkpoint.data })],
-    });
-    return res.rowCount === 1;
-  }
+  heartbeat: JobQueueStore['heartbeat'] = (p) => this.leases.heartbeat(p);
+  leaseStatus: JobQueueStore['leaseStatus'] = (p) => this.leases.leaseStatus(p);
+  saveProgress: JobQueueStore['saveProgress'] = (p) => this.leases.saveProgress(p);
+  saveCheckpoint: JobQueueStore['saveCheckpoint'] = (p) => this.leases.saveCheckpoint(p);
 
   // ---- sweeper --------------------------------------------------------------------------------
 
