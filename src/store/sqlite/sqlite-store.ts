@@ -20,37 +20,32 @@
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
+import type { Checkpoint, JobRecord, TransitionEntry } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
-import {
-  type ClaimCycle,
-  type ClaimParams,
-  type JobQueueStore,
-  type GetJobParams,
-  type HeartbeatResult,
-  insertedRecord,
-  type InsertJobParams,
-  type InsertJobsParams,
-  type InsertResult,
-  type JobPage,
-  type LeaseRef,
-  type ListJobsParams,
-  type MigrationResult,
-  type NewJob,
-  type ResultFileRecord,
-  type SnapshotJson,
-  type Store,
-  type ScheduleStore,
-  type RetentionStore,
-  type DeadLetterStore,
-  type WorkflowStore,
-  type SweepParams,
-  type TransitionParams,
-  type WebhookDeliveryEntry,
-  type WebhookEvent,
-  type WebhookTarget,
-  type StoreCapabilities,
+import type {
+  ClaimCycle,
+  ClaimParams,
+  JobQueueStore,
+  GetJobParams,
+  HeartbeatResult,
+  JobPage,
+  LeaseRef,
+  ListJobsParams,
+  MigrationResult,
+  ResultFileRecord,
+  SnapshotJson,
+  Store,
+  ScheduleStore,
+  RetentionStore,
+  DeadLetterStore,
+  WorkflowStore,
+  SweepParams,
+  TransitionParams,
+  WebhookDeliveryEntry,
+  WebhookEvent,
+  WebhookTarget,
+  StoreCapabilities,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
 import { jobFromJson, jobJson, jobsFromRows } from './rows.js';
@@ -60,13 +55,12 @@ import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT, statementCache } from './sql.js';
 import { StatsBatch } from './stats-batch.js';
 import { checkTransition, Transitions } from './transitions.js';
+import { SqliteSubmitOps } from './submit-ops.js';
 import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
 import { SqliteRetentionOps } from './retention-ops.js';
 import { SqliteDeadLetterOps } from './dead-letter-ops.js';
 import { SqliteStatsOps } from './stats-ops.js';
-import { keyReusable } from '../../core/retention.js';
-import { batchRefusal, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -82,13 +76,6 @@ export interface SqliteStoreOptions {
 
 const JOB_ROW = jobJson('j');
 
-/** A tenant's backlog (pending, queued, retrying), counted up to a cap: (tenant, cap). */
-export const TENANT_BACKLOG_SQL = "SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE tenant = ? AND state IN ('pending', 'queued', 'retrying') LIMIT ?)";
-
-function json(value: unknown): string | null {
-  return value === undefined || value === null ? null : JSON.stringify(value);
-}
-
 function encodeCursor(id: string): string {
   return Buffer.from(id, 'utf8').toString('base64url');
 }
@@ -99,30 +86,7 @@ function decodeCursor(cursor: string): string {
   return id;
 }
 
-const INSERT_PARAMS = {
-  id: (j: NewJob) => j.id,
-  tenant: (j: NewJob) => j.tenant,
-  type: (j: NewJob) => j.type,
-  state: (j: NewJob) => j.state,
-  priority: (j: NewJob) => priorityRank(j.priority),
-  input: (j: NewJob) => json(j.input),
-  metadata: (j: NewJob) => json(j.metadata),
-  maxAttempts: (j: NewJob) => j.maxAttempts,
-  runAt: (j: NewJob) => j.runAt,
-  createdAt: (j: NewJob) => j.createdAt,
-  timeoutMs: (j: NewJob) => j.timeoutMs,
-  heartbeatTimeoutMs: (j: NewJob) => j.heartbeatTimeoutMs,
-  stallTimeoutMs: (j: NewJob) => j.stallTimeoutMs,
-  resultTtlMs: (j: NewJob) => j.resultTtlMs,
-  parentId: (j: NewJob) => j.parentId,
-  idempotencyKey: (j: NewJob) => j.idempotencyKey,
-  requestHash: (j: NewJob) => j.requestHash,
-  ckey: (j: NewJob) => j.concurrencyKey ?? null,
-  log: (j: NewJob) => JSON.stringify([{ from: null, to: j.state, at: j.createdAt, reason: 'submitted', attempt: 0, workerId: null }]),
-};
-
 interface HotStatements {
-  insert: Compiled<NewJob>;
   promote: Compiled<{ id: string; at: number }>;
   getJob: StatementSync;
   snapshotJson: StatementSync;
@@ -153,6 +117,7 @@ export class SqliteStore implements Store {
   private readonly transitions: Transitions;
   /** What the worker's own writes count themselves (claims, ends of running jobs), written at each write's commit. */
   private readonly statsBatch: StatsBatch;
+  private readonly submit: SqliteSubmitOps;
   private readonly workflow: SqliteWorkflowOps;
   private readonly schedules: SqliteScheduleOps;
   private readonly retention: SqliteRetentionOps;
@@ -201,7 +166,8 @@ export class SqliteStore implements Store {
     this.rollbackStmt = this.db.prepare('ROLLBACK');
     this.statsBatch = new StatsBatch(this.db);
     this.transitions = new Transitions(this.db, this.statsBatch);
-    this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
+    this.submit = new SqliteSubmitOps(this.db, (fn, rows) => this.write(fn, rows), (sql) => this.arrayStmt(sql));
+    this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.submit.insertOne(job, undefined));
     this.schedules = new SqliteScheduleOps(this.db, (fn, rows) => this.write(fn, rows));
     this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
     this.deadLetters = new SqliteDeadLetterOps(this.db);
@@ -224,14 +190,6 @@ export class SqliteStore implements Store {
     if (this.prepared) return this.prepared;
     const db = this.db;
     this.prepared = {
-      insert: compile(
-        db,
-        `INSERT INTO jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, ckey, log)
-         VALUES (@id, @tenant, @type, @state, @priority, @input, @metadata, @maxAttempts, @runAt, @createdAt, @createdAt,
-          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @ckey, @log)`,
-        INSERT_PARAMS,
-      ),
       getJob: arrays(db.prepare(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`)),
       snapshotJson: arrays(db.prepare(SNAPSHOT_JSON_SQL)),
       promote: compile(
@@ -297,69 +255,10 @@ export class SqliteStore implements Store {
     if (this.db.isOpen) this.db.close();
   }
 
-  // ---- submit -------------------------------------------------------------------------
+  // ---- submit: submit-ops.ts ------------------------------------------------------------
 
-  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number, tenants?: TenantRoom): InsertResult {
-    if (job.idempotencyKey !== null) {
-      const existing = this.arrayStmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(
-        job.tenant,
-        job.idempotencyKey,
-      ) as unknown as [string, string | null] | undefined;
-      if (existing) {
-        const held = jobFromJson(existing[0]);
-        if (!keyReusable(held, job.createdAt, idempotencyTtlMs)) return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: held };
-        // The key moves to the new job (the old one keeps its row, without a key): one statement of this transaction.
-        this.stmt('UPDATE jobs SET idempotency_key = NULL WHERE id = ?').run(held.id);
-      }
-    }
-    if (maxBacklog !== undefined) {
-      const cap = Math.max(0, Math.ceil(maxBacklog));
-      const backlog = this.stmt(`SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE state IN ('pending', 'queued', 'retrying') LIMIT ${cap})`).get() as {
-        n: number;
-      };
-      if (backlog.n >= maxBacklog) return { kind: 'full', backlog: backlog.n };
-    }
-    // The write lock keeps the tenant's count true until commit.
-    if (tenants) {
-      const refused = takeRoom(tenants, job.tenant, (t, cap) => this.tenantBacklog(t, cap));
-      if (refused) return refused;
-    }
-    const insert = this.hot.insert;
-    insert.stmt.run(...insert.args(job));
-    // Its own statement, so that the insert names no column an older schema lacks unless tracing is on.
-    if (job.traceParent) this.stmt('UPDATE jobs SET trace_parent = ? WHERE id = ?').run(job.traceParent, job.id);
-    return { kind: 'created', job: insertedRecord(job) };
-  }
-
-  /** A tenant's stored backlog, counted up to `cap` (index jobs_tenant_backlog: O(cap) at most). */
-  private tenantBacklog(tenant: string, cap: number): number {
-    return (this.stmt(TENANT_BACKLOG_SQL).get(tenant, cap) as { n: number }).n;
-  }
-
-  async insertJob(params: InsertJobParams): Promise<InsertResult> {
-    const tenants = tenantRoom(params.maxTenantBacklog);
-    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs, tenants));
-  }
-
-  async insertJobs(params: InsertJobsParams): Promise<InsertResult[]> {
-    const tenants = tenantRoom(params.maxTenantBacklog);
-    const insertAll = () => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs, tenants));
-    if (!params.wholeBatch || !tenants) return this.write(insertAll, params.jobs.length);
-    let refused: InsertResult[] | null = null;
-    try {
-      return this.write(() => {
-        const results = insertAll();
-        const refusal = batchRefusal(results, tenants);
-        if (refusal === null) return results;
-        // A tenant over its limit refuses the batch: the rollback undoes the jobs inserted before it.
-        refused = refuseBatch(results, refusal);
-        throw new Error('batch refused');
-      }, params.jobs.length);
-    } catch (err) {
-      if (refused === null) throw err;
-      return refused;
-    }
-  }
+  insertJob: JobQueueStore['insertJob'] = (p) => this.submit.insertJob(p);
+  insertJobs: JobQueueStore['insertJobs'] = (p) => this.submit.insertJobs(p);
 
   // ---- reads --------------------------------------------------------------------------
 
