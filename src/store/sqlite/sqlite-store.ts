@@ -20,20 +20,17 @@
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import type { Checkpoint, JobRecord, TransitionEntry } from '../../core/job.js';
-import type { Progress } from '../../core/progress.js';
+import type { JobRecord, TransitionEntry } from '../../core/job.js';
 import type { JobState } from '../../core/states.js';
 import type {
   ClaimCycle,
   ClaimParams,
   JobQueueStore,
   GetJobParams,
-  HeartbeatResult,
   JobPage,
-  LeaseRef,
   ListJobsParams,
   MigrationResult,
-  ResultFileRecord,
+  ResultFileStore,
   SnapshotJson,
   Store,
   ScheduleStore,
@@ -42,9 +39,7 @@ import type {
   WorkflowStore,
   SweepParams,
   TransitionParams,
-  WebhookDeliveryEntry,
-  WebhookEvent,
-  WebhookTarget,
+  WebhookOutboxStore,
   StoreCapabilities,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
@@ -61,6 +56,9 @@ import { SqliteWorkflowOps } from './workflow-ops.js';
 import { SqliteRetentionOps } from './retention-ops.js';
 import { SqliteDeadLetterOps } from './dead-letter-ops.js';
 import { SqliteStatsOps } from './stats-ops.js';
+import { SqliteLeaseOps } from './lease-ops.js';
+import { SqliteResultFileOps } from './result-file-ops.js';
+import { SqliteWebhookOps } from './webhook-ops.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -96,16 +94,6 @@ interface HotStatements {
 // STAT4 (better-sqlite3's was; Node's is not) re-prepares the statement on every run to plan
 // for the value. Literals keep every build on one plan per statement.
 
-/**
- * Ended jobs with a webhook whose end was not yet turned into a delivery job. CROSS JOIN: SQLite
- * then reads the (few) pending webhooks first; with a plain JOIN it walked every finished job in
- * finished_at order to probe job_webhooks (a fifth of a busy worker's time).
- */
-export const PENDING_WEBHOOKS_SQL = `SELECT j.id, j.tenant, j.state, j.finished_at FROM job_webhooks w CROSS JOIN jobs j ON j.id = w.job_id
-   WHERE w.pending = 1 AND j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at IS NOT NULL
-     AND (w.notified_finished_at IS NULL OR w.notified_finished_at <> j.finished_at)
-   ORDER BY j.finished_at LIMIT ?`;
-
 export class SqliteStore implements Store {
   readonly capabilities: StoreCapabilities = { transactionalEnqueue: false, claimDepth: 1, notify: null };
   readonly db: DatabaseSync;
@@ -123,6 +111,9 @@ export class SqliteStore implements Store {
   private readonly retention: SqliteRetentionOps;
   private readonly deadLetters: SqliteDeadLetterOps;
   private readonly stats: SqliteStatsOps;
+  private readonly leases: SqliteLeaseOps;
+  private readonly resultFiles: SqliteResultFileOps;
+  private readonly webhooks: SqliteWebhookOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -172,6 +163,9 @@ export class SqliteStore implements Store {
     this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
     this.deadLetters = new SqliteDeadLetterOps(this.db);
     this.stats = new SqliteStatsOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.leases = new SqliteLeaseOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.resultFiles = new SqliteResultFileOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.webhooks = new SqliteWebhookOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
 
@@ -430,65 +424,12 @@ export class SqliteStore implements Store {
     return this.write(() => this.applyAll(params.items).applied, params.items.length);
   }
 
-  // ---- lease-holder writes ------------------------------------------------------------
+  // ---- lease-holder writes: lease-ops.ts ---------------------------------------------------
 
-  async heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    return this.write(() => {
-      const now = params.now;
-      return params.items.map((ref) => {
-        const row = this.stmt(
-          "UPDATE jobs SET heartbeat_at = ? WHERE id = ? AND lease = ? AND state = 'running' RETURNING cancel_requested, cancel_reason",
-        ).get(now, ref.id, ref.lease) as { cancel_requested: number; cancel_reason: string | null } | undefined;
-        return row
-          ? { id: ref.id, ok: true, cancelRequested: row.cancel_requested === 1, cancelReason: row.cancel_reason }
-          : { id: ref.id, ok: false, cancelRequested: false, cancelReason: null };
-      });
-    }, params.items.length);
-  }
-
-  async leaseStatus(params: { items: LeaseRef[] }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    const rows = this.stmt(`SELECT id, lease, state, cancel_requested, cancel_reason FROM jobs WHERE id IN (SELECT value FROM json_each(?))`).all(
-      JSON.stringify(params.items.map((i) => i.id)),
-    ) as { id: string; lease: number; state: string; cancel_requested: number; cancel_reason: string | null }[];
-    const byId = new Map(rows.map((r) => [r.id, r]));
-    return params.items.map((ref) => {
-      const r = byId.get(ref.id);
-      const ok = r !== undefined && r.state === 'running' && r.lease === ref.lease;
-      return { id: ref.id, ok, cancelRequested: ok && r.cancel_requested === 1, cancelReason: ok ? r.cancel_reason : null };
-    });
-  }
-
-  async saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean> {
-    return this.write(() => {
-      const held = this.stmt("SELECT stalled FROM jobs WHERE id = ? AND lease = ? AND state = 'running'").get(params.id, params.lease) as
-        | { stalled: number }
-        | undefined;
-      if (!held) return false;
-      this.stmt(
-        `INSERT INTO job_progress (job_id, data, updated_at) VALUES (?, ?, ?)
-         ON CONFLICT(job_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
-      ).run(params.id, JSON.stringify(params.progress), params.now);
-      if (held.stalled === 1) {
-        this.stmt(
-          `UPDATE jobs SET stalled = 0, updated_at = ${NEXT_UPDATED_AT}, log = ${logEntrySql("'running'", "'running'", 'attempts', "'progress resumed'", 'worker_id')} WHERE id = @id`,
-        ).run({ id: params.id, at: params.now });
-      }
-      return true;
-    });
-  }
-
-  async saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean> {
-    return this.write(
-      () =>
-        this.stmt("UPDATE jobs SET checkpoint = ? WHERE id = ? AND lease = ? AND state = 'running'").run(
-          JSON.stringify({ version: params.checkpoint.version, data: params.checkpoint.data }),
-          params.id,
-          params.lease,
-        ).changes === 1,
-    );
-  }
+  heartbeat: JobQueueStore['heartbeat'] = (p) => this.leases.heartbeat(p);
+  leaseStatus: JobQueueStore['leaseStatus'] = (p) => this.leases.leaseStatus(p);
+  saveProgress: JobQueueStore['saveProgress'] = (p) => this.leases.saveProgress(p);
+  saveCheckpoint: JobQueueStore['saveCheckpoint'] = (p) => this.leases.saveCheckpoint(p);
 
   // ---- sweeper ------------------------------------------------------------------------
 
@@ -548,118 +489,25 @@ export class SqliteStore implements Store {
   deadLetterGroups: DeadLetterStore['deadLetterGroups'] = (p) => this.deadLetters.deadLetterGroups(p);
   failedJobs: DeadLetterStore['failedJobs'] = (p) => this.deadLetters.failedJobs(p);
 
-  // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
+  // ---- result files (ResultFileStore): result-file-ops.ts -----------------------------------
 
-  async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
-    const f = params.file;
-    return this.write(
-      () =>
-        this.stmt(
-          `INSERT INTO job_results (job_id, name, seq, size, content_type, sha256, key, created_at)
-           SELECT j.id, ?, (SELECT coalesce(max(r.seq), 0) + 1 FROM job_results r WHERE r.job_id = j.id), ?, ?, ?, ?, ?
-           FROM jobs j WHERE j.id = ? AND j.lease = ? AND j.state = 'running'
-           ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, content_type = excluded.content_type,
-             sha256 = excluded.sha256, key = excluded.key, created_at = excluded.created_at`,
-        ).run(f.name, f.size, f.contentType, f.sha256, f.key, params.now, params.id, params.lease).changes === 1,
-    );
-  }
+  recordResult: ResultFileStore['recordResult'] = (p) => this.resultFiles.recordResult(p);
+  unrecordResult: ResultFileStore['unrecordResult'] = (p) => this.resultFiles.unrecordResult(p);
+  listResults: ResultFileStore['listResults'] = (p) => this.resultFiles.listResults(p);
+  deleteResults: ResultFileStore['deleteResults'] = (p) => this.resultFiles.deleteResults(p);
+  countDownload: ResultFileStore['countDownload'] = (p) => this.resultFiles.countDownload(p);
 
-  async unrecordResult(params: LeaseRef & { name: string }): Promise<boolean> {
-    return this.write(() => {
-      const held = this.stmt("SELECT 1 FROM jobs WHERE id = ? AND lease = ? AND state = 'running'").get(params.id, params.lease);
-      if (!held) return false;
-      this.stmt('DELETE FROM job_results WHERE job_id = ? AND name = ?').run(params.id, params.name);
-      return true;
-    });
-  }
+  // ---- the webhook outbox (WebhookOutboxStore): webhook-ops.ts --------------------------------
 
-  async listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>> {
-    const out = new Map<string, ResultFileRecord[]>();
-    if (params.ids.length === 0) return out;
-    const rows = this.stmt(
-      `SELECT job_id, name, size, content_type, sha256, key, downloads FROM job_results
-       WHERE job_id IN (SELECT value FROM json_each(?)) ORDER BY job_id, seq`,
-    ).all(JSON.stringify(params.ids)) as { job_id: string; name: string; size: number; content_type: string; sha256: string; key: string; downloads: number }[];
-    for (const r of rows) {
-      const list = out.get(r.job_id) ?? [];
-      list.push({ name: r.name, size: r.size, contentType: r.content_type, sha256: r.sha256, key: r.key, downloads: r.downloads });
-      out.set(r.job_id, list);
-    }
-    return out;
-  }
-
-  async deleteResults(params: { id: string }): Promise<void> {
-    this.write(() => this.stmt('DELETE FROM job_results WHERE job_id = ?').run(params.id));
-  }
-
-  async countDownload(params: { id: string; name: string }): Promise<void> {
-    this.write(() => this.stmt('UPDATE job_results SET downloads = downloads + 1 WHERE job_id = ? AND name = ?').run(params.id, params.name));
-  }
-
-  async saveWebhook(params: WebhookTarget): Promise<void> {
-    this.write(() =>
-      this.stmt(
-        `INSERT INTO job_webhooks (job_id, url, secret) VALUES (?, ?, ?)
-         ON CONFLICT (job_id) DO UPDATE SET url = excluded.url, secret = excluded.secret, pending = 1, notified_finished_at = NULL`,
-      ).run(params.jobId, params.url, params.secret),
-    );
-  }
-
-  async deleteWebhook(params: { jobId: string }): Promise<void> {
-    this.write(() => this.stmt('DELETE FROM job_webhooks WHERE job_id = ?').run(params.jobId));
-  }
-
-  async getWebhook(params: { jobId: string }): Promise<WebhookTarget | null> {
-    const row = this.stmt('SELECT url, secret FROM job_webhooks WHERE job_id = ?').get(params.jobId) as { url: string; secret: string | null } | undefined;
-    return row ? { jobId: params.jobId, url: row.url, secret: row.secret } : null;
-  }
-
-  async pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]> {
-    const rows = this.stmt(PENDING_WEBHOOKS_SQL).all(Math.max(1, Math.floor(params.limit))) as { id: string; tenant: string; state: JobState; finished_at: number }[];
-    return rows.map((r) => ({ jobId: r.id, tenant: r.tenant, state: r.state, finishedAt: r.finished_at }));
-  }
-
-  async markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void> {
-    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 0, notified_finished_at = ? WHERE job_id = ?').run(params.finishedAt, params.jobId));
-  }
-
-  async rearmWebhook(params: { jobId: string }): Promise<void> {
-    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 1 WHERE job_id = ?').run(params.jobId));
-  }
-
-  async rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void> {
-    if (params.jobIds.length === 0) return;
-    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 1 WHERE job_id IN (SELECT value FROM json_each(?))').run(JSON.stringify(params.jobIds)));
-  }
-
-  async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
-    this.write(() =>
-      this.stmt(
-        `INSERT INTO webhook_deliveries (job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(e.jobId, e.deliveryId, e.eventType, e.attempt, e.at, e.url, e.status, e.ok ? 1 : 0, e.error, e.durationMs, e.responseSnippet),
-    );
-  }
-
-  async listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]> {
-    const rows = this.stmt(
-      `SELECT job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet
-       FROM webhook_deliveries WHERE job_id = ? ORDER BY seq LIMIT ?`,
-    ).all(params.jobId, Math.max(1, Math.floor(params.limit))) as Record<string, unknown>[];
-    return rows.map((r) => ({
-      jobId: r.job_id as string,
-      deliveryId: r.delivery_id as string,
-      eventType: r.event_type as string,
-      attempt: r.attempt as number,
-      at: r.at as number,
-      url: r.url as string,
-      status: (r.status as number | null) ?? null,
-      ok: r.ok === 1,
-      error: (r.error as string | null) ?? null,
-      durationMs: r.duration_ms as number,
-      responseSnippet: (r.response_snippet as string | null) ?? null,
-    }));
-  }
+  saveWebhook: WebhookOutboxStore['saveWebhook'] = (p) => this.webhooks.saveWebhook(p);
+  deleteWebhook: WebhookOutboxStore['deleteWebhook'] = (p) => this.webhooks.deleteWebhook(p);
+  getWebhook: WebhookOutboxStore['getWebhook'] = (p) => this.webhooks.getWebhook(p);
+  pendingWebhookEvents: WebhookOutboxStore['pendingWebhookEvents'] = (p) => this.webhooks.pendingWebhookEvents(p);
+  markWebhookEvent: WebhookOutboxStore['markWebhookEvent'] = (p) => this.webhooks.markWebhookEvent(p);
+  rearmWebhook: WebhookOutboxStore['rearmWebhook'] = (p) => this.webhooks.rearmWebhook(p);
+  rearmWebhooks: WebhookOutboxStore['rearmWebhooks'] = (p) => this.webhooks.rearmWebhooks(p);
+  recordWebhookDelivery: WebhookOutboxStore['recordWebhookDelivery'] = (p) => this.webhooks.recordWebhookDelivery(p);
+  listWebhookDeliveries: WebhookOutboxStore['listWebhookDeliveries'] = (p) => this.webhooks.listWebhookDeliveries(p);
 }
 
 /** Opens the file, naming it (and a missing directory) when that fails: node:sqlite's own message names neither. */
