@@ -4,8 +4,9 @@
  * schedules (ScheduleStore), retention (RetentionStore) and dead letters (DeadLetterStore). Every store (SQLite, PostgreSQL)
  * implements all seven as one `Store` on one database, and one contract suite per
  * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it;
- * the workflow, schedule, retention and dead-letter parts are in workflow-store.ts,
- * schedule-store.ts, retention-store.ts and dead-letter-store.ts, re-exported here.
+ * the result-file, webhook, workflow, schedule, retention and dead-letter parts are in
+ * result-file-store.ts, webhook-outbox-store.ts, workflow-store.ts, schedule-store.ts,
+ * retention-store.ts and dead-letter-store.ts, re-exported here.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
@@ -13,8 +14,10 @@ import type { JobState } from '../core/states.js';
 import type { DurationBucketCount } from '../core/stats-window.js';
 import type { TransitionParams } from '../core/transitions.js';
 import type { DeadLetterStore } from './dead-letter-store.js';
+import type { ResultFileStore } from './result-file-store.js';
 import type { RetentionStore } from './retention-store.js';
 import type { ScheduleStore } from './schedule-store.js';
+import type { WebhookOutboxStore } from './webhook-outbox-store.js';
 import type { WorkflowStore } from './workflow-store.js';
 import type { Pool } from 'pg';
 import type { ListenConnection } from '../postgres/listen-connection.js';
@@ -291,48 +294,6 @@ export interface TypeStateCount {
   count: number;
 }
 
-/** A result file recorded on a job (see src/blobs/results.ts), with its download count. */
-export interface ResultFileRecord {
-  name: string;
-  size: number;
-  contentType: string;
-  sha256: string;
-  /** Where the bytes are in blob storage. */
-  key: string;
-  downloads: number;
-}
-
-/** A job's webhook target. The secret is null when the server's LONGHAUL_WEBHOOK_SECRET applies. */
-export interface WebhookTarget {
-  jobId: string;
-  url: string;
-  secret: string | null;
-}
-
-/** A job that reached succeeded, failed or cancelled and whose webhook event is not yet enqueued. */
-export interface WebhookEvent {
-  jobId: string;
-  tenant: string;
-  state: JobState;
-  finishedAt: number;
-}
-
-/** One delivery attempt, as the delivery log shows it. Never holds the secret. */
-export interface WebhookDeliveryEntry {
-  jobId: string;
-  /** The internal delivery job (its id is the event's `webhook-id`). */
-  deliveryId: string;
-  eventType: string;
-  attempt: number;
-  at: number;
-  url: string;
-  status: number | null;
-  ok: boolean;
-  error: string | null;
-  durationMs: number;
-  responseSnippet: string | null;
-}
-
 /** What `migrate()` did: `from` is the version found (0: no schema yet), `to` the version now. */
 export interface MigrationResult {
   from: number;
@@ -453,60 +414,11 @@ export interface JobQueueStore {
   tryAcquireSweeperLock?(): Promise<boolean>;
 }
 
-/**
- * The files a job's handler wrote (the bytes are in blob storage, src/blobs/; this part keeps
- * what they are and where). Guarantees:
- * - Records and removals happen only under the job's current lease while it is running, like
- *   the queue's other lease-carrying writes: a handler that lost its job cannot add files to it.
- * - A name is one file per job: recording it again replaces the record. Lists keep recording order.
- * - Nothing here touches the bytes: the caller deletes a job's blobs, then forgets its records
- *   (deleteResults). A download is counted on the record (countDownload).
- */
-export interface ResultFileStore {
-  /** Records a result file on a running job under its lease, replacing one of the same name; false when the lease is gone. */
-  recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean>;
-  /** Removes the result file `name` under the lease (no-op when absent); false when the lease is gone. */
-  unrecordResult(params: LeaseRef & { name: string }): Promise<boolean>;
-  /** The result files of each job (in recording order); jobs without files are absent from the map. */
-  listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>>;
-  /** Forgets every result file of the job (after its blobs were deleted). */
-  deleteResults(params: { id: string }): Promise<void>;
-  /** Counts one download of the job's result file `name`. */
-  countDownload(params: { id: string; name: string }): Promise<void>;
-}
-
-/**
- * Webhook targets, the outbox of job ends to announce, and the delivery log. Guarantees:
- * - A pending event is read from the job itself (ended, and that end not yet marked), not
- *   written beside it: no transition can end a job without its event, and a process killed
- *   between enqueueing a delivery and marking the event finds the event again (the caller
- *   keys its delivery job by job id and end time, so that does not send twice).
- * - Each end of a job is reported once; a manual retry re-arms the target, so the next end
- *   is reported too, never the same end again.
- * - A target saved for a job that was never inserted is ignored.
- */
-export interface WebhookOutboxStore {
-  /** Saves the webhook target of a job (before the job is inserted: a target without a job is ignored). */
-  saveWebhook(params: WebhookTarget): Promise<void>;
-  deleteWebhook(params: { jobId: string }): Promise<void>;
-  getWebhook(params: { jobId: string }): Promise<WebhookTarget | null>;
-  /** Jobs with a webhook that ended (succeeded, failed, cancelled) since their last event was enqueued. */
-  pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]>;
-  /** The event of the job's end at `finishedAt` is enqueued: it is not pending any more. */
-  markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void>;
-  /** The job runs again (manual retry): its next end sends an event again. */
-  rearmWebhook(params: { jobId: string }): Promise<void>;
-  /** The same for many jobs in one write (a bulk replay of dead letters); jobs without a target are skipped. */
-  rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void>;
-  recordWebhookDelivery(params: WebhookDeliveryEntry): Promise<void>;
-  /** The job's delivery log, oldest first. */
-  listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]>;
-}
-
-
 export type * from './dead-letter-store.js';
+export type * from './result-file-store.js';
 export type * from './retention-store.js';
 export type * from './schedule-store.js';
+export type * from './webhook-outbox-store.js';
 export type * from './workflow-store.js';
 
 /**

@@ -21,52 +21,41 @@
  *   fails because the server went away rejects, and the next one opens a new connection.
  */
 import pg from 'pg';
-import { InvalidOptionsError } from '../../core/errors.js';
 import { isUuid } from '../../core/ids.js';
-import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
-import type { Progress } from '../../core/progress.js';
+import type { JobRecord, TransitionEntry } from '../../core/job.js';
 import { DEFAULT_PRIORITY_AGING_MS } from '../../core/claim-plan.js';
-import type { JobState } from '../../core/states.js';
-import {
-  type ClaimCycle,
-  type JobQueueStore,
-  type ClaimParams,
-  type TenantCaps,
-  type GetJobParams,
-  type HeartbeatResult,
-  insertedRecord,
-  type InsertJobParams,
-  type InsertJobsParams,
-  type InsertResult,
-  type JobPage,
-  type LeaseRef,
-  type ListJobsParams,
-  type MigrationResult,
-  type NewJob,
-  type ResultFileRecord,
-  type SqlTransaction,
-  type Store,
-  type SweepParams,
-  type ScheduleStore,
-  type RetentionStore,
-  type DeadLetterStore,
-  type WorkflowStore,
-  type TransitionParams,
-  type WebhookDeliveryEntry,
-  type WebhookEvent,
-  type WebhookTarget,
-  type StoreCapabilities,
+import type {
+  ClaimCycle,
+  JobQueueStore,
+  ClaimParams,
+  TenantCaps,
+  GetJobParams,
+  JobPage,
+  ListJobsParams,
+  MigrationResult,
+  ResultFileStore,
+  Store,
+  SweepParams,
+  ScheduleStore,
+  RetentionStore,
+  DeadLetterStore,
+  WorkflowStore,
+  TransitionParams,
+  WebhookOutboxStore,
+  StoreCapabilities,
 } from '../store.js';
-import { encodeCursor, JOB_SELECT, JOB_WIDTH, parseLog, rowToJob } from './rows.js';
+import { encodeCursor, JOB_SELECT, parseLog, rowToJob } from './rows.js';
 import { checkTransition, encodeTransitions } from './transitions.js';
+import { PgSubmitOps } from './submit-ops.js';
 import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
 import { PgRetentionOps } from './retention-ops.js';
 import { PgDeadLetterOps } from './dead-letter-ops.js';
 import { PgStatsOps } from './stats-ops.js';
-import { keyReusable } from '../../core/retention.js';
-import { batchRefusal, countCap, limitOf, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
-import { channelName, logAppend, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
+import { PgLeaseOps } from './lease-ops.js';
+import { PgResultFileOps } from './result-file-ops.js';
+import { PgWebhookOps } from './webhook-ops.js';
+import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
 import { WakeListener } from './wake-listener.js';
@@ -90,8 +79,6 @@ export interface PostgresStoreOptions {
   applicationName?: string;
 }
 
-type Client = pg.ClientBase;
-
 /** An ordinal apply_transitions answered: applied, and deleted with it when negative (`deleteOnEnd`). */
 function markApplied(ordinal: number, applied: boolean[], deleted?: boolean[]): void {
   const i = Math.abs(ordinal) - 1;
@@ -99,61 +86,14 @@ function markApplied(ordinal: number, applied: boolean[], deleted?: boolean[]): 
   if (ordinal < 0 && deleted) deleted[i] = true;
 }
 
-/** The backlogs (pending, queued, retrying) of tenants $1, each counted up to its cap in $2: rows (tenant, count). */
-export function tenantBacklogSql(s: string): string {
-  return `SELECT t.tenant, (SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs j
-      WHERE j.tenant = t.tenant AND j.state IN ${BACKLOG_STATES_SQL} LIMIT t.cap) b)
-    FROM unnest($1::text[], $2::integer[]) AS t(tenant, cap)`;
-}
 type Queryable = Pick<pg.ClientBase, 'query'>;
-/** The limits an insert keeps (InsertJobParams); none for the jobs a job spawns. */
-type InsertLimits = Pick<InsertJobsParams, 'maxBacklog' | 'idempotencyTtlMs' | 'maxTenantBacklog' | 'wholeBatch'>;
 
 const DEFAULT_POOL_SIZE = 10;
-const BACKLOG_STATES_SQL = "('pending', 'queued', 'retrying')";
 
 function decodeCursor(cursor: string): string {
   const id = Buffer.from(cursor, 'base64url').toString('utf8');
   if (!isUuid(id)) throw new Error('invalid cursor');
   return id;
-}
-
-/** The caller's client for a transactional enqueue, checked as far as we can. */
-function transactionClient(tx: SqlTransaction): Client {
-  const candidate = tx as unknown as { query?: unknown; totalCount?: unknown; idleCount?: unknown };
-  if (typeof candidate !== 'object' || candidate === null || typeof candidate.query !== 'function') {
-    throw new InvalidOptionsError('tx must be a pg client (a Client, or a PoolClient from pool.connect()) with an open transaction');
-  }
-  if (tx instanceof pg.Pool || (typeof candidate.totalCount === 'number' && typeof candidate.idleCount === 'number')) {
-    throw new InvalidOptionsError('tx must be a client in an open transaction (from pool.connect()), not the pool itself');
-  }
-  return tx as unknown as Client;
-}
-
-/** A job as a JSON object for json_to_recordset (see INSERT_SOURCE). */
-function jobJson(job: NewJob, o: number): Record<string, unknown> {
-  return {
-    o,
-    id: job.id,
-    tenant: job.tenant,
-    type: job.type,
-    state: job.state,
-    priority: priorityRank(job.priority),
-    input: job.input ?? null,
-    metadata: job.metadata ?? null,
-    max_attempts: job.maxAttempts,
-    run_at: job.runAt,
-    created_at: job.createdAt,
-    timeout_ms: job.timeoutMs,
-    heartbeat_timeout_ms: job.heartbeatTimeoutMs,
-    stall_timeout_ms: job.stallTimeoutMs,
-    result_ttl_ms: job.resultTtlMs,
-    parent_id: job.parentId,
-    idempotency_key: job.idempotencyKey,
-    request_hash: job.requestHash,
-    ckey: job.concurrencyKey ?? null,
-    trace_parent: job.traceParent ?? null,
-  };
 }
 
 /** The stricter of two optional limits. */
@@ -200,10 +140,6 @@ function capArrays(caps: TenantCaps | undefined): [string[], (number | null)[], 
   return [names, names.map((n) => cap(caps.byTenant[n])), cap(caps.others)];
 }
 
-function leaseKey(id: string, lease: number): string {
-  return `${id}#${lease}`;
-}
-
 export class PostgresStore implements Store {
   readonly capabilities: StoreCapabilities;
   readonly pool: pg.Pool;
@@ -220,11 +156,15 @@ export class PostgresStore implements Store {
   private readonly sweeperLock: SessionLock;
   private closing: Promise<void> | null = null;
   private readonly sql: ReturnType<PostgresStore['statements']>;
+  private readonly submit: PgSubmitOps;
   private readonly workflow: PgWorkflowOps;
   private readonly schedules: PgScheduleOps;
   private readonly retention: PgRetentionOps;
   private readonly deadLetters: PgDeadLetterOps;
   private readonly stats: PgStatsOps;
+  private readonly leases: PgLeaseOps;
+  private readonly resultFiles: PgResultFileOps;
+  private readonly webhooks: PgWebhookOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -251,11 +191,16 @@ export class PostgresStore implements Store {
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
     const host = { pool: this.pool, s: this.s, inTransaction: this.inTransaction.bind(this) };
-    this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.insertMany(jobs, {}, client) });
+    const rows = this.rows.bind(this);
+    this.submit = new PgSubmitOps({ ...host, schema: this.schema, channel: this.channel, rows });
+    this.workflow = new PgWorkflowOps({ ...host, insertOn: (jobs, client) => this.submit.insertMany(jobs, {}, client) });
     this.schedules = new PgScheduleOps(this.pool, this.s);
     this.retention = new PgRetentionOps(this.pool, this.s);
     this.deadLetters = new PgDeadLetterOps(this.pool, this.s);
-    this.stats = new PgStatsOps(this.pool, this.s, (name, text, values) => this.rows(name, text, values));
+    this.stats = new PgStatsOps(this.pool, this.s, rows);
+    this.leases = new PgLeaseOps(this.pool, this.s, rows);
+    this.resultFiles = new PgResultFileOps(this.pool, this.s, rows);
+    this.webhooks = new PgWebhookOps(this.pool, this.s, rows);
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -267,71 +212,14 @@ export class PostgresStore implements Store {
   private statements() {
     const s = this.s;
     const from = `FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id`;
-    const source = `json_to_recordset($1::json) AS x(o integer, id uuid, tenant text, type text, state text, priority smallint, input json,
-      metadata json, max_attempts integer, run_at bigint, created_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
-      stall_timeout_ms bigint, result_ttl_ms bigint, parent_id text, idempotency_key text, request_hash text, ckey text, trace_parent text)`;
-    // `traced`: the jobs carry a trace context. Only then does the insert name trace_parent, so a
-    // store of this version still inserts into a schema migrated by an older one.
-    const insert = (backlog: boolean, traced = false) => `
-      WITH src AS (SELECT * FROM ${source}),
-      ${backlog ? `backlog AS (SELECT count(*)::integer AS n FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $2) b),` : ''}
-      ins AS (
-        INSERT INTO ${s}.jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, ckey, log${traced ? ', trace_parent' : ''})
-        SELECT src.id, src.tenant, src.type, src.state, src.priority, src.input, src.metadata, src.max_attempts, src.run_at, src.created_at,
-          src.created_at, src.timeout_ms, src.heartbeat_timeout_ms, src.stall_timeout_ms, src.result_ttl_ms, src.parent_id,
-          src.idempotency_key, src.request_hash, src.ckey, json_build_array(NULL::text, src.state, src.created_at, 'submitted', 0, NULL::text)::text${traced ? ', src.trace_parent' : ''}
-        FROM src
-        ${backlog ? 'WHERE src.o <= $2 - (SELECT n FROM backlog)' : ''}
-        ORDER BY src.o
-        ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-        RETURNING id, state
-      ), wake AS (
-        SELECT pg_notify('${this.channel}', '') FROM (SELECT 1 FROM ins WHERE ins.state = 'queued' LIMIT 1) one
-      )
-      SELECT ins.id::text, (SELECT count(*) FROM wake) FROM ins`;
     const sweep = (where: string) => `SELECT ${JOB_SELECT} ${from} WHERE ${where} LIMIT $2`;
     return {
       from,
-      insert: insert(false),
-      insertWithBacklog: insert(true),
-      insertTraced: insert(false, true),
-      insertWithBacklogTraced: insert(true, true),
-      byKeys: `SELECT ${JOB_SELECT}, j.request_hash ${from}
-        WHERE (j.tenant, j.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
-      backlog: `SELECT count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE state IN ${BACKLOG_STATES_SQL} LIMIT $1) b`,
-      // Locks first, counts in a statement of their own: under READ COMMITTED a statement's
-      // snapshot is taken when it starts, so a count made in the statement that waited for a
-      // lock would miss the jobs the lock's previous holder committed.
-      lockTenants: `SELECT count(pg_advisory_xact_lock(hashtext('${this.schema}:tenant-backlog'), hashtext(t))), current_setting('transaction_isolation')
-        FROM unnest($1::text[]) AS t`,
-      tenantBacklog: tenantBacklogSql(s),
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
       cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
       promote: `SELECT ${s}.promote_due($1, $2)`,
-      heartbeat: `UPDATE ${s}.jobs j SET heartbeat_at = $3
-        FROM unnest($1::uuid[], $2::integer[]) AS i(id, lease)
-        WHERE j.id = i.id AND j.lease = i.lease AND j.state = 'running'
-        RETURNING j.id::text, j.lease, j.cancel_requested, j.cancel_reason`,
-      leaseStatus: `SELECT j.id::text, j.lease, j.state, j.cancel_requested, j.cancel_reason FROM ${s}.jobs j WHERE j.id = ANY($1::uuid[])`,
-      // The job row is locked FOR SHARE: a transition that takes the lease away waits for this
-      // statement, or this statement sees its result and writes nothing.
-      progress: `
-        WITH held AS (
-          SELECT j.id, j.stalled FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE
-        ), saved AS (
-          INSERT INTO ${s}.progress (job_id, data, updated_at) SELECT held.id, $3::json, $4 FROM held
-          ON CONFLICT (job_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at
-          RETURNING job_id
-        ), unstalled AS (
-          UPDATE ${s}.jobs j SET stalled = false, updated_at = greatest($4::bigint + 1, j.updated_at + 1),
-            log = ${logAppend("'running'", "'running'", '$4::bigint', "'progress resumed'", 'j.attempts', 'j.worker_id')}
-          FROM held WHERE j.id = held.id AND held.stalled
-        )
-        SELECT count(*)::integer FROM saved`,
-      checkpoint: `UPDATE ${s}.jobs SET checkpoint = $3::json WHERE id = $1 AND lease = $2 AND state = 'running'`,
       sweep: {
         stale: sweep("j.state = 'running' AND j.heartbeat_at < $1 - j.heartbeat_timeout_ms"),
         'timed-out': sweep("j.state = 'running' AND j.timeout_ms IS NOT NULL AND NOT j.cancel_requested AND j.started_at + j.timeout_ms < $1"),
@@ -426,176 +314,10 @@ export class PostgresStore implements Store {
     return this.closing;
   }
 
-  // ---- submit -----------------------------------------------------------------------------
+  // ---- submit: submit-ops.ts ----------------------------------------------------------------
 
-  async insertJob(params: InsertJobParams): Promise<InsertResult> {
-    const client = params.tx === undefined ? undefined : transactionClient(params.tx);
-    const [result] = await this.insertMany([params.job], params, client);
-    return result as InsertResult;
-  }
-
-  async insertJobs(params: InsertJobsParams): Promise<InsertResult[]> {
-    const client = params.tx === undefined ? undefined : transactionClient(params.tx);
-    if (params.jobs.length === 0) return [];
-    return this.insertMany(params.jobs, params, client);
-  }
-
-  private async insertMany(jobs: NewJob[], limits: InsertLimits, client: Client | undefined): Promise<InsertResult[]> {
-    const { maxBacklog } = limits;
-    // Keys to look up, or tenant limits to count under a lock: a transaction of a few statements.
-    if (limits.maxTenantBacklog !== undefined || jobs.some((j) => j.idempotencyKey !== null)) {
-      return client ? this.insertKeyed(jobs, limits, client) : this.inTransaction((c) => this.insertKeyed(jobs, limits, c));
-    }
-    // No idempotency keys: one statement inserts the jobs that fit under the backlog limit.
-    const json = JSON.stringify(jobs.map((j, i) => jobJson(j, i + 1)));
-    const traced = jobs.some((j) => j.traceParent);
-    const rows =
-      maxBacklog === undefined
-        ? traced
-          ? await this.rows('insert_traced', this.sql.insertTraced, [json], client)
-          : await this.rows('insert', this.sql.insert, [json], client)
-        : traced
-          ? await this.rows('insert_backlog_traced', this.sql.insertWithBacklogTraced, [json, Math.max(0, Math.floor(maxBacklog))], client)
-          : await this.rows('insert_backlog', this.sql.insertWithBacklog, [json, Math.max(0, Math.floor(maxBacklog))], client);
-    return jobs.map((job, i) => (i < rows.length ? { kind: 'created', job: insertedRecord(job) } : { kind: 'full', backlog: maxBacklog ?? 0 }));
-  }
-
-  /**
-   * The stored backlogs of the limited tenants among `jobs`, each counted up to its limit after
-   * taking a transaction-level advisory lock on the tenant (in a fixed order: no deadlock between
-   * two batches). A concurrent insert for the same tenant waits for this transaction to end, and
-   * its own count (a new statement: a new snapshot under READ COMMITTED) then sees these jobs.
-   */
-  private async countTenants(jobs: NewJob[], room: TenantRoom, client: Client): Promise<Map<string, number>> {
-    const tenants = [...new Set(jobs.map((j) => j.tenant))].filter((t) => limitOf(room, t) !== undefined).sort();
-    const counts = new Map<string, number>();
-    if (tenants.length === 0) return counts;
-    const caps = tenants.map((t) => countCap(limitOf(room, t) as number));
-    const [locked] = await this.rows('lock_tenants', this.sql.lockTenants, [tenants], client);
-    // A snapshot per transaction (a caller's REPEATABLE READ or SERIALIZABLE tx) would count
-    // without the jobs committed while the lock was awaited: the limit could be passed.
-    if (locked?.[1] !== 'read committed') {
-      throw new InvalidOptionsError(`tenant quotas need the transaction at READ COMMITTED isolation (it is ${String(locked?.[1])}): its count of the tenant's jobs would miss concurrent submissions`, 'tx');
-    }
-    const rows = await this.rows('tenant_backlog', this.sql.tenantBacklog, [tenants, caps], client);
-    for (const r of rows) counts.set(r[0] as string, Number(r[1]));
-    return counts;
-  }
-
-  /**
-   * Jobs with idempotency keys, inside a transaction (ours or the caller's): keys already
-   * stored answer existing/conflict, the rest is inserted in one statement, and a key that a
-   * concurrent transaction inserted first (ON CONFLICT DO NOTHING) is read back and answered
-   * as existing/conflict too.
-   */
-  private async insertKeyed(jobs: NewJob[], limits: InsertLimits, client: Client): Promise<InsertResult[]> {
-    const { maxBacklog, idempotencyTtlMs } = limits;
-    const keyOf = (tenant: string, key: string) => `${tenant}\u0000${key}`;
-    const keyed = jobs.filter((j) => j.idempotencyKey !== null);
-    const readKeys = async (list: NewJob[]) => {
-      const found = new Map<string, { job: JobRecord; hash: string | null }>();
-      if (list.length === 0) return found;
-      const rows = await this.rows('by_keys', this.sql.byKeys, [list.map((j) => j.tenant), list.map((j) => j.idempotencyKey as string)], client);
-      for (const r of rows) {
-        const job = rowToJob(r);
-        found.set(keyOf(job.tenant, job.idempotencyKey as string), { job, hash: (r[JOB_WIDTH] as string | null) ?? null });
-      }
-      return found;
-    };
-    const stored = await readKeys(keyed);
-    // Keys whose job failed, was cancelled or outlived the key's lifetime move to the new job:
-    // the old job keeps its row without a key (a concurrent transaction doing the same finds the
-    // key free too, and then one insert wins ON CONFLICT and the other answers with its job).
-    const released: string[] = [];
-    for (const job of keyed) {
-      const k = keyOf(job.tenant, job.idempotencyKey as string);
-      const held = stored.get(k);
-      if (held && keyReusable(held.job, job.createdAt, idempotencyTtlMs)) {
-        released.push(held.job.id);
-        stored.delete(k);
-      }
-    }
-    if (released.length > 0) await client.query(`UPDATE ${this.s}.jobs SET idempotency_key = NULL WHERE id = ANY($1::uuid[])`, [released]);
-    let backlog = 0;
-    if (maxBacklog !== undefined) {
-      const [row] = await this.rows('backlog', this.sql.backlog, [Math.max(0, Math.floor(maxBacklog))], client);
-      backlog = Number(row?.[0] ?? 0);
-    }
-    const room = tenantRoom(limits.maxTenantBacklog);
-    const tenantBacklogs = room ? await this.countTenants(jobs, room, client) : null;
-    const results: (InsertResult | null)[] = jobs.map(() => null);
-    const planned = new Set<string>(); // keys of the jobs planned for insert
-    const duplicates: number[] = []; // jobs whose key an earlier job of the batch is inserting
-    const toInsert: number[] = [];
-    const answer = (job: NewJob, existing: { job: JobRecord; hash: string | null }): InsertResult => ({
-      kind: existing.hash === job.requestHash ? 'existing' : 'conflict',
-      job: existing.job,
-    });
-    jobs.forEach((job, i) => {
-      const k = job.idempotencyKey === null ? null : keyOf(job.tenant, job.idempotencyKey);
-      if (k !== null) {
-        const existing = stored.get(k);
-        if (existing) {
-          results[i] = answer(job, existing);
-          return;
-        }
-        if (planned.has(k)) {
-          duplicates.push(i);
-          return;
-        }
-      }
-      if (maxBacklog !== undefined && backlog >= maxBacklog) {
-        results[i] = { kind: 'full', backlog: maxBacklog };
-        return;
-      }
-      const refused = room ? takeRoom(room, job.tenant, (t) => tenantBacklogs?.get(t) ?? 0) : null;
-      if (refused) {
-        results[i] = refused;
-        return;
-      }
-      backlog++;
-      toInsert.push(i);
-      if (k !== null) planned.add(k);
-    });
-    const refusal = room && limits.wholeBatch ? batchRefusal(results, room) : null;
-    if (refusal) return refuseBatch(results, refusal);
-    // Who owns each planned key once the insert is done: our job, or a concurrent winner's.
-    const owners = new Map<string, { job: JobRecord; hash: string | null }>();
-    if (toInsert.length > 0) {
-      const json = JSON.stringify(toInsert.map((i) => jobJson(jobs[i] as NewJob, i + 1)));
-      const rows = toInsert.some((i) => jobs[i]?.traceParent)
-        ? await this.rows('insert_traced', this.sql.insertTraced, [json], client)
-        : await this.rows('insert', this.sql.insert, [json], client);
-      const inserted = new Set(rows.map((r) => r[0] as string));
-      const lost: NewJob[] = [];
-      for (const i of toInsert) {
-        const job = jobs[i] as NewJob;
-        if (!inserted.has(job.id)) {
-          lost.push(job);
-          continue;
-        }
-        const record = insertedRecord(job);
-        results[i] = { kind: 'created', job: record };
-        if (job.idempotencyKey !== null) owners.set(keyOf(job.tenant, job.idempotencyKey), { job: record, hash: job.requestHash });
-      }
-      if (lost.length > 0) {
-        // Another transaction inserted these keys since we looked: answer with its job.
-        const winners = await readKeys(lost);
-        for (const job of lost) {
-          const k = keyOf(job.tenant, job.idempotencyKey as string);
-          const winner = winners.get(k);
-          if (!winner) throw new Error(`idempotency key "${job.idempotencyKey}" is being used by a concurrent transaction; retry the submission`);
-          owners.set(k, winner);
-          results[jobs.indexOf(job)] = answer(job, winner);
-        }
-      }
-    }
-    for (const i of duplicates) {
-      const job = jobs[i] as NewJob;
-      results[i] = answer(job, owners.get(keyOf(job.tenant, job.idempotencyKey as string)) as { job: JobRecord; hash: string | null });
-    }
-    return results as InsertResult[];
-  }
+  insertJob: JobQueueStore['insertJob'] = (p) => this.submit.insertJob(p);
+  insertJobs: JobQueueStore['insertJobs'] = (p) => this.submit.insertJobs(p);
 
   // ---- reads ------------------------------------------------------------------------------
 
@@ -715,51 +437,12 @@ export class PostgresStore implements Store {
     return Number(row?.[0] ?? 0);
   }
 
-  // ---- lease-holder writes --------------------------------------------------------------------
+  // ---- lease-holder writes: lease-ops.ts ------------------------------------------------------
 
-  async heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    const refs = [...new Map(params.items.filter((i) => isUuid(i.id)).map((i) => [leaseKey(i.id, i.lease), i])).values()].sort((a, b) =>
-      a.id < b.id ? -1 : a.id > b.id ? 1 : 0,
-    );
-    const held = new Map<string, { cancelRequested: boolean; cancelReason: string | null }>();
-    if (refs.length > 0) {
-      const rows = await this.rows('heartbeat', this.sql.heartbeat, [refs.map((r) => r.id), refs.map((r) => r.lease), params.now]);
-      for (const r of rows) held.set(leaseKey(r[0] as string, Number(r[1])), { cancelRequested: r[2] === true, cancelReason: (r[3] as string | null) ?? null });
-    }
-    return params.items.map((ref) => {
-      const h = held.get(leaseKey(ref.id, ref.lease));
-      return h ? { id: ref.id, ok: true, ...h } : { id: ref.id, ok: false, cancelRequested: false, cancelReason: null };
-    });
-  }
-
-  async leaseStatus(params: { items: LeaseRef[] }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    const ids = [...new Set(params.items.map((i) => i.id).filter(isUuid))];
-    const byId = new Map<string, unknown[]>();
-    if (ids.length > 0) for (const r of await this.rows('lease_status', this.sql.leaseStatus, [ids])) byId.set(r[0] as string, r);
-    return params.items.map((ref) => {
-      const r = byId.get(ref.id);
-      const ok = r !== undefined && r[2] === 'running' && Number(r[1]) === ref.lease;
-      return { id: ref.id, ok, cancelRequested: ok && r[3] === true, cancelReason: ok ? ((r[4] as string | null) ?? null) : null };
-    });
-  }
-
-  async saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const [row] = await this.rows('progress', this.sql.progress, [params.id, params.lease, JSON.stringify(params.progress), params.now]);
-    return Number(row?.[0] ?? 0) === 1;
-  }
-
-  async saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const res = await this.pool.query({
-      name: 'lh_checkpoint',
-      text: this.sql.checkpoint,
-      values: [params.id, params.lease, JSON.stringify({ version: params.checkpoint.version, data: params.checkpoint.data })],
-    });
-    return res.rowCount === 1;
-  }
+  heartbeat: JobQueueStore['heartbeat'] = (p) => this.leases.heartbeat(p);
+  leaseStatus: JobQueueStore['leaseStatus'] = (p) => this.leases.leaseStatus(p);
+  saveProgress: JobQueueStore['saveProgress'] = (p) => this.leases.saveProgress(p);
+  saveCheckpoint: JobQueueStore['saveCheckpoint'] = (p) => this.leases.saveCheckpoint(p);
 
   // ---- sweeper --------------------------------------------------------------------------------
 
@@ -821,142 +504,23 @@ export class PostgresStore implements Store {
   deadLetterGroups: DeadLetterStore['deadLetterGroups'] = (p) => this.deadLetters.deadLetterGroups(p);
   failedJobs: DeadLetterStore['failedJobs'] = (p) => this.deadLetters.failedJobs(p);
 
-  // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -------------
+  // ---- result files (ResultFileStore): result-file-ops.ts -------------------------------------
 
-  async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const f = params.file;
-    const s = this.s;
-    // The job row is locked FOR SHARE: a transition taking the lease away waits, or this sees it.
-    const res = await this.pool.query(
-      `WITH held AS (SELECT j.id FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE)
-       INSERT INTO ${s}.job_results (job_id, name, seq, size, content_type, sha256, key, created_at)
-       SELECT held.id, $3, (SELECT coalesce(max(r.seq), 0) + 1 FROM ${s}.job_results r WHERE r.job_id = held.id), $4, $5, $6, $7, $8 FROM held
-       ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, content_type = excluded.content_type,
-         sha256 = excluded.sha256, key = excluded.key, created_at = excluded.created_at`,
-      [params.id, params.lease, f.name, f.size, f.contentType, f.sha256, f.key, params.now],
-    );
-    return res.rowCount === 1;
-  }
+  recordResult: ResultFileStore['recordResult'] = (p) => this.resultFiles.recordResult(p);
+  unrecordResult: ResultFileStore['unrecordResult'] = (p) => this.resultFiles.unrecordResult(p);
+  listResults: ResultFileStore['listResults'] = (p) => this.resultFiles.listResults(p);
+  deleteResults: ResultFileStore['deleteResults'] = (p) => this.resultFiles.deleteResults(p);
+  countDownload: ResultFileStore['countDownload'] = (p) => this.resultFiles.countDownload(p);
 
-  async unrecordResult(params: LeaseRef & { name: string }): Promise<boolean> {
-    if (!isUuid(params.id)) return false;
-    const s = this.s;
-    const res = await this.pool.query(
-      `WITH held AS (SELECT j.id FROM ${s}.jobs j WHERE j.id = $1 AND j.lease = $2 AND j.state = 'running' FOR SHARE),
-       gone AS (DELETE FROM ${s}.job_results r USING held WHERE r.job_id = held.id AND r.name = $3)
-       SELECT count(*)::integer FROM held`,
-      [params.id, params.lease, params.name],
-    );
-    return Number(res.rows[0]?.count ?? 0) === 1;
-  }
+  // ---- the webhook outbox (WebhookOutboxStore): webhook-ops.ts ----------------------------------
 
-  async listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>> {
-    const out = new Map<string, ResultFileRecord[]>();
-    const ids = params.ids.filter(isUuid);
-    if (ids.length === 0) return out;
-    const rows = await this.rows(
-      'list_results',
-      `SELECT job_id::text, name, size, content_type, sha256, key, downloads FROM ${this.s}.job_results
-       WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, seq`,
-      [ids],
-    );
-    for (const r of rows) {
-      const jobId = r[0] as string;
-      const list = out.get(jobId) ?? [];
-      list.push({ name: r[1] as string, size: Number(r[2]), contentType: r[3] as string, sha256: r[4] as string, key: r[5] as string, downloads: Number(r[6]) });
-      out.set(jobId, list);
-    }
-    return out;
-  }
-
-  async deleteResults(params: { id: string }): Promise<void> {
-    if (!isUuid(params.id)) return;
-    await this.pool.query(`DELETE FROM ${this.s}.job_results WHERE job_id = $1`, [params.id]);
-  }
-
-  async countDownload(params: { id: string; name: string }): Promise<void> {
-    if (!isUuid(params.id)) return;
-    await this.pool.query(`UPDATE ${this.s}.job_results SET downloads = downloads + 1 WHERE job_id = $1 AND name = $2`, [params.id, params.name]);
-  }
-
-  async saveWebhook(params: WebhookTarget): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.s}.job_webhooks (job_id, url, secret) VALUES ($1, $2, $3)
-       ON CONFLICT (job_id) DO UPDATE SET url = excluded.url, secret = excluded.secret, pending = true, notified_finished_at = NULL`,
-      [params.jobId, params.url, params.secret],
-    );
-  }
-
-  async deleteWebhook(params: { jobId: string }): Promise<void> {
-    if (!isUuid(params.jobId)) return;
-    await this.pool.query(`DELETE FROM ${this.s}.job_webhooks WHERE job_id = $1`, [params.jobId]);
-  }
-
-  async getWebhook(params: { jobId: string }): Promise<WebhookTarget | null> {
-    if (!isUuid(params.jobId)) return null;
-    const res = await this.pool.query<{ url: string; secret: string | null }>(`SELECT url, secret FROM ${this.s}.job_webhooks WHERE job_id = $1`, [params.jobId]);
-    const row = res.rows[0];
-    return row ? { jobId: params.jobId, url: row.url, secret: row.secret } : null;
-  }
-
-  async pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]> {
-    const rows = await this.rows(
-      'pending_webhooks',
-      // The pending webhooks first (few, by their partial index), never a walk of every finished job.
-      `WITH w AS MATERIALIZED (SELECT job_id, notified_finished_at FROM ${this.s}.job_webhooks WHERE pending)
-       SELECT j.id::text, j.tenant, j.state, j.finished_at FROM w JOIN ${this.s}.jobs j ON j.id = w.job_id
-       WHERE j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at IS NOT NULL
-         AND w.notified_finished_at IS DISTINCT FROM j.finished_at
-       ORDER BY j.finished_at LIMIT $1`,
-      [Math.max(1, Math.floor(params.limit))],
-    );
-    return rows.map((r) => ({ jobId: r[0] as string, tenant: r[1] as string, state: r[2] as JobState, finishedAt: Number(r[3]) }));
-  }
-
-  async markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void> {
-    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = false, notified_finished_at = $2 WHERE job_id = $1`, [params.jobId, params.finishedAt]);
-  }
-
-  async rearmWebhook(params: { jobId: string }): Promise<void> {
-    if (!isUuid(params.jobId)) return;
-    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = true WHERE job_id = $1`, [params.jobId]);
-  }
-
-  async rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void> {
-    const ids = params.jobIds.filter(isUuid);
-    if (ids.length === 0) return;
-    await this.pool.query(`UPDATE ${this.s}.job_webhooks SET pending = true WHERE job_id = ANY($1::uuid[])`, [ids]);
-  }
-
-  async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.s}.webhook_deliveries (job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-      [e.jobId, e.deliveryId, e.eventType, e.attempt, e.at, e.url, e.status, e.ok, e.error, Math.round(e.durationMs), e.responseSnippet],
-    );
-  }
-
-  async listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]> {
-    if (!isUuid(params.jobId)) return [];
-    const rows = await this.rows(
-      'list_deliveries',
-      `SELECT job_id::text, delivery_id::text, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet
-       FROM ${this.s}.webhook_deliveries WHERE job_id = $1 ORDER BY seq LIMIT $2`,
-      [params.jobId, Math.max(1, Math.floor(params.limit))],
-    );
-    return rows.map((r) => ({
-      jobId: r[0] as string,
-      deliveryId: r[1] as string,
-      eventType: r[2] as string,
-      attempt: Number(r[3]),
-      at: Number(r[4]),
-      url: r[5] as string,
-      status: r[6] === null ? null : Number(r[6]),
-      ok: r[7] === true,
-      error: (r[8] as string | null) ?? null,
-      durationMs: Number(r[9]),
-      responseSnippet: (r[10] as string | null) ?? null,
-    }));
-  }
+  saveWebhook: WebhookOutboxStore['saveWebhook'] = (p) => this.webhooks.saveWebhook(p);
+  deleteWebhook: WebhookOutboxStore['deleteWebhook'] = (p) => this.webhooks.deleteWebhook(p);
+  getWebhook: WebhookOutboxStore['getWebhook'] = (p) => this.webhooks.getWebhook(p);
+  pendingWebhookEvents: WebhookOutboxStore['pendingWebhookEvents'] = (p) => this.webhooks.pendingWebhookEvents(p);
+  markWebhookEvent: WebhookOutboxStore['markWebhookEvent'] = (p) => this.webhooks.markWebhookEvent(p);
+  rearmWebhook: WebhookOutboxStore['rearmWebhook'] = (p) => this.webhooks.rearmWebhook(p);
+  rearmWebhooks: WebhookOutboxStore['rearmWebhooks'] = (p) => this.webhooks.rearmWebhooks(p);
+  recordWebhookDelivery: WebhookOutboxStore['recordWebhookDelivery'] = (p) => this.webhooks.recordWebhookDelivery(p);
+  listWebhookDeliveries: WebhookOutboxStore['listWebhookDeliveries'] = (p) => this.webhooks.listWebhookDeliveries(p);
 }

@@ -17,42 +17,31 @@
  * value is read as `row[0]`: node:sqlite has no `pluck`, and an array per row costs less than
  * an object with a named property.
  */
-import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import { type Checkpoint, type JobRecord, priorityRank, type TransitionEntry } from '../../core/job.js';
-import type { Progress } from '../../core/progress.js';
+import type { JobRecord, TransitionEntry } from '../../core/job.js';
 import type { JobState } from '../../core/states.js';
-import {
-  type ClaimCycle,
-  type ClaimParams,
-  type JobQueueStore,
-  type GetJobParams,
-  type HeartbeatResult,
-  insertedRecord,
-  type InsertJobParams,
-  type InsertJobsParams,
-  type InsertResult,
-  type JobPage,
-  type LeaseRef,
-  type ListJobsParams,
-  type MigrationResult,
-  type NewJob,
-  type ResultFileRecord,
-  type SnapshotJson,
-  type Store,
-  type ScheduleStore,
-  type RetentionStore,
-  type DeadLetterStore,
-  type WorkflowStore,
-  type SweepParams,
-  type TransitionParams,
-  type WebhookDeliveryEntry,
-  type WebhookEvent,
-  type WebhookTarget,
-  type StoreCapabilities,
+import type {
+  ClaimCycle,
+  ClaimParams,
+  JobQueueStore,
+  GetJobParams,
+  JobPage,
+  ListJobsParams,
+  MigrationResult,
+  ResultFileStore,
+  SnapshotJson,
+  Store,
+  ScheduleStore,
+  RetentionStore,
+  DeadLetterStore,
+  WorkflowStore,
+  SweepParams,
+  TransitionParams,
+  WebhookOutboxStore,
+  StoreCapabilities,
 } from '../store.js';
 import { WalCheckpointer } from './checkpointer.js';
+import { enterWal, openDatabase } from './open-database.js';
 import { jobFromJson, jobJson, jobsFromRows } from './rows.js';
 import { SqliteClaimOps } from './claim-ops.js';
 import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
@@ -60,13 +49,15 @@ import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT, statementCache } from './sql.js';
 import { StatsBatch } from './stats-batch.js';
 import { checkTransition, Transitions } from './transitions.js';
+import { SqliteSubmitOps } from './submit-ops.js';
 import { SqliteScheduleOps } from './schedule-ops.js';
 import { SqliteWorkflowOps } from './workflow-ops.js';
 import { SqliteRetentionOps } from './retention-ops.js';
 import { SqliteDeadLetterOps } from './dead-letter-ops.js';
 import { SqliteStatsOps } from './stats-ops.js';
-import { keyReusable } from '../../core/retention.js';
-import { batchRefusal, refuseBatch, type TenantRoom, takeRoom, tenantRoom } from '../tenant-room.js';
+import { SqliteLeaseOps } from './lease-ops.js';
+import { SqliteResultFileOps } from './result-file-ops.js';
+import { SqliteWebhookOps } from './webhook-ops.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -82,13 +73,6 @@ export interface SqliteStoreOptions {
 
 const JOB_ROW = jobJson('j');
 
-/** A tenant's backlog (pending, queued, retrying), counted up to a cap: (tenant, cap). */
-export const TENANT_BACKLOG_SQL = "SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE tenant = ? AND state IN ('pending', 'queued', 'retrying') LIMIT ?)";
-
-function json(value: unknown): string | null {
-  return value === undefined || value === null ? null : JSON.stringify(value);
-}
-
 function encodeCursor(id: string): string {
   return Buffer.from(id, 'utf8').toString('base64url');
 }
@@ -99,30 +83,7 @@ function decodeCursor(cursor: string): string {
   return id;
 }
 
-const INSERT_PARAMS = {
-  id: (j: NewJob) => j.id,
-  tenant: (j: NewJob) => j.tenant,
-  type: (j: NewJob) => j.type,
-  state: (j: NewJob) => j.state,
-  priority: (j: NewJob) => priorityRank(j.priority),
-  input: (j: NewJob) => json(j.input),
-  metadata: (j: NewJob) => json(j.metadata),
-  maxAttempts: (j: NewJob) => j.maxAttempts,
-  runAt: (j: NewJob) => j.runAt,
-  createdAt: (j: NewJob) => j.createdAt,
-  timeoutMs: (j: NewJob) => j.timeoutMs,
-  heartbeatTimeoutMs: (j: NewJob) => j.heartbeatTimeoutMs,
-  stallTimeoutMs: (j: NewJob) => j.stallTimeoutMs,
-  resultTtlMs: (j: NewJob) => j.resultTtlMs,
-  parentId: (j: NewJob) => j.parentId,
-  idempotencyKey: (j: NewJob) => j.idempotencyKey,
-  requestHash: (j: NewJob) => j.requestHash,
-  ckey: (j: NewJob) => j.concurrencyKey ?? null,
-  log: (j: NewJob) => JSON.stringify([{ from: null, to: j.state, at: j.createdAt, reason: 'submitted', attempt: 0, workerId: null }]),
-};
-
 interface HotStatements {
-  insert: Compiled<NewJob>;
   promote: Compiled<{ id: string; at: number }>;
   getJob: StatementSync;
   snapshotJson: StatementSync;
@@ -131,16 +92,6 @@ interface HotStatements {
 // LIMIT takes literals, with one statement per value: with a bound LIMIT, a SQLite built with
 // STAT4 (better-sqlite3's was; Node's is not) re-prepares the statement on every run to plan
 // for the value. Literals keep every build on one plan per statement.
-
-/**
- * Ended jobs with a webhook whose end was not yet turned into a delivery job. CROSS JOIN: SQLite
- * then reads the (few) pending webhooks first; with a plain JOIN it walked every finished job in
- * finished_at order to probe job_webhooks (a fifth of a busy worker's time).
- */
-export const PENDING_WEBHOOKS_SQL = `SELECT j.id, j.tenant, j.state, j.finished_at FROM job_webhooks w CROSS JOIN jobs j ON j.id = w.job_id
-   WHERE w.pending = 1 AND j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at IS NOT NULL
-     AND (w.notified_finished_at IS NULL OR w.notified_finished_at <> j.finished_at)
-   ORDER BY j.finished_at LIMIT ?`;
 
 export class SqliteStore implements Store {
   readonly capabilities: StoreCapabilities = { transactionalEnqueue: false, claimDepth: 1, notify: null };
@@ -153,11 +104,15 @@ export class SqliteStore implements Store {
   private readonly transitions: Transitions;
   /** What the worker's own writes count themselves (claims, ends of running jobs), written at each write's commit. */
   private readonly statsBatch: StatsBatch;
+  private readonly submit: SqliteSubmitOps;
   private readonly workflow: SqliteWorkflowOps;
   private readonly schedules: SqliteScheduleOps;
   private readonly retention: SqliteRetentionOps;
   private readonly deadLetters: SqliteDeadLetterOps;
   private readonly stats: SqliteStatsOps;
+  private readonly leases: SqliteLeaseOps;
+  private readonly resultFiles: SqliteResultFileOps;
+  private readonly webhooks: SqliteWebhookOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -201,11 +156,15 @@ export class SqliteStore implements Store {
     this.rollbackStmt = this.db.prepare('ROLLBACK');
     this.statsBatch = new StatsBatch(this.db);
     this.transitions = new Transitions(this.db, this.statsBatch);
-    this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.insertOne(job, undefined));
+    this.submit = new SqliteSubmitOps(this.db, (fn, rows) => this.write(fn, rows), (sql) => this.arrayStmt(sql));
+    this.workflow = new SqliteWorkflowOps(this.db, this.transitions, (fn, rows) => this.write(fn, rows), (job) => this.submit.insertOne(job, undefined));
     this.schedules = new SqliteScheduleOps(this.db, (fn, rows) => this.write(fn, rows));
     this.retention = new SqliteRetentionOps(this.db, (fn, rows) => this.write(fn, rows));
     this.deadLetters = new SqliteDeadLetterOps(this.db);
     this.stats = new SqliteStatsOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.leases = new SqliteLeaseOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.resultFiles = new SqliteResultFileOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.webhooks = new SqliteWebhookOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
 
@@ -224,14 +183,6 @@ export class SqliteStore implements Store {
     if (this.prepared) return this.prepared;
     const db = this.db;
     this.prepared = {
-      insert: compile(
-        db,
-        `INSERT INTO jobs (id, tenant, type, state, priority, input, metadata, max_attempts, run_at, created_at, updated_at,
-          timeout_ms, heartbeat_timeout_ms, stall_timeout_ms, result_ttl_ms, parent_id, idempotency_key, request_hash, ckey, log)
-         VALUES (@id, @tenant, @type, @state, @priority, @input, @metadata, @maxAttempts, @runAt, @createdAt, @createdAt,
-          @timeoutMs, @heartbeatTimeoutMs, @stallTimeoutMs, @resultTtlMs, @parentId, @idempotencyKey, @requestHash, @ckey, @log)`,
-        INSERT_PARAMS,
-      ),
       getJob: arrays(db.prepare(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id = ?`)),
       snapshotJson: arrays(db.prepare(SNAPSHOT_JSON_SQL)),
       promote: compile(
@@ -297,69 +248,10 @@ export class SqliteStore implements Store {
     if (this.db.isOpen) this.db.close();
   }
 
-  // ---- submit -------------------------------------------------------------------------
+  // ---- submit: submit-ops.ts ------------------------------------------------------------
 
-  private insertOne(job: NewJob, maxBacklog: number | undefined, idempotencyTtlMs?: number, tenants?: TenantRoom): InsertResult {
-    if (job.idempotencyKey !== null) {
-      const existing = this.arrayStmt(`SELECT ${JOB_ROW}, j.request_hash FROM jobs j WHERE j.tenant = ? AND j.idempotency_key = ?`).get(
-        job.tenant,
-        job.idempotencyKey,
-      ) as unknown as [string, string | null] | undefined;
-      if (existing) {
-        const held = jobFromJson(existing[0]);
-        if (!keyReusable(held, job.createdAt, idempotencyTtlMs)) return { kind: existing[1] === job.requestHash ? 'existing' : 'conflict', job: held };
-        // The key moves to the new job (the old one keeps its row, without a key): one statement of this transaction.
-        this.stmt('UPDATE jobs SET idempotency_key = NULL WHERE id = ?').run(held.id);
-      }
-    }
-    if (maxBacklog !== undefined) {
-      const cap = Math.max(0, Math.ceil(maxBacklog));
-      const backlog = this.stmt(`SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE state IN ('pending', 'queued', 'retrying') LIMIT ${cap})`).get() as {
-        n: number;
-      };
-      if (backlog.n >= maxBacklog) return { kind: 'full', backlog: backlog.n };
-    }
-    // The write lock keeps the tenant's count true until commit.
-    if (tenants) {
-      const refused = takeRoom(tenants, job.tenant, (t, cap) => this.tenantBacklog(t, cap));
-      if (refused) return refused;
-    }
-    const insert = this.hot.insert;
-    insert.stmt.run(...insert.args(job));
-    // Its own statement, so that the insert names no column an older schema lacks unless tracing is on.
-    if (job.traceParent) this.stmt('UPDATE jobs SET trace_parent = ? WHERE id = ?').run(job.traceParent, job.id);
-    return { kind: 'created', job: insertedRecord(job) };
-  }
-
-  /** A tenant's stored backlog, counted up to `cap` (index jobs_tenant_backlog: O(cap) at most). */
-  private tenantBacklog(tenant: string, cap: number): number {
-    return (this.stmt(TENANT_BACKLOG_SQL).get(tenant, cap) as { n: number }).n;
-  }
-
-  async insertJob(params: InsertJobParams): Promise<InsertResult> {
-    const tenants = tenantRoom(params.maxTenantBacklog);
-    return this.write(() => this.insertOne(params.job, params.maxBacklog, params.idempotencyTtlMs, tenants));
-  }
-
-  async insertJobs(params: InsertJobsParams): Promise<InsertResult[]> {
-    const tenants = tenantRoom(params.maxTenantBacklog);
-    const insertAll = () => params.jobs.map((job) => this.insertOne(job, params.maxBacklog, params.idempotencyTtlMs, tenants));
-    if (!params.wholeBatch || !tenants) return this.write(insertAll, params.jobs.length);
-    let refused: InsertResult[] | null = null;
-    try {
-      return this.write(() => {
-        const results = insertAll();
-        const refusal = batchRefusal(results, tenants);
-        if (refusal === null) return results;
-        // A tenant over its limit refuses the batch: the rollback undoes the jobs inserted before it.
-        refused = refuseBatch(results, refusal);
-        throw new Error('batch refused');
-      }, params.jobs.length);
-    } catch (err) {
-      if (refused === null) throw err;
-      return refused;
-    }
-  }
+  insertJob: JobQueueStore['insertJob'] = (p) => this.submit.insertJob(p);
+  insertJobs: JobQueueStore['insertJobs'] = (p) => this.submit.insertJobs(p);
 
   // ---- reads --------------------------------------------------------------------------
 
@@ -532,65 +424,12 @@ export class SqliteStore implements Store {
     return this.write(() => this.applyAll(params.items).applied, params.items.length);
   }
 
-  // ---- lease-holder writes ------------------------------------------------------------
+  // ---- lease-holder writes: lease-ops.ts ---------------------------------------------------
 
-  async heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    return this.write(() => {
-      const now = params.now;
-      return params.items.map((ref) => {
-        const row = this.stmt(
-          "UPDATE jobs SET heartbeat_at = ? WHERE id = ? AND lease = ? AND state = 'running' RETURNING cancel_requested, cancel_reason",
-        ).get(now, ref.id, ref.lease) as { cancel_requested: number; cancel_reason: string | null } | undefined;
-        return row
-          ? { id: ref.id, ok: true, cancelRequested: row.cancel_requested === 1, cancelReason: row.cancel_reason }
-          : { id: ref.id, ok: false, cancelRequested: false, cancelReason: null };
-      });
-    }, params.items.length);
-  }
-
-  async leaseStatus(params: { items: LeaseRef[] }): Promise<HeartbeatResult[]> {
-    if (params.items.length === 0) return [];
-    const rows = this.stmt(`SELECT id, lease, state, cancel_requested, cancel_reason FROM jobs WHERE id IN (SELECT value FROM json_each(?))`).all(
-      JSON.stringify(params.items.map((i) => i.id)),
-    ) as { id: string; lease: number; state: string; cancel_requested: number; cancel_reason: string | null }[];
-    const byId = new Map(rows.map((r) => [r.id, r]));
-    return params.items.map((ref) => {
-      const r = byId.get(ref.id);
-      const ok = r !== undefined && r.state === 'running' && r.lease === ref.lease;
-      return { id: ref.id, ok, cancelRequested: ok && r.cancel_requested === 1, cancelReason: ok ? r.cancel_reason : null };
-    });
-  }
-
-  async saveProgress(params: LeaseRef & { progress: Progress; now: number }): Promise<boolean> {
-    return this.write(() => {
-      const held = this.stmt("SELECT stalled FROM jobs WHERE id = ? AND lease = ? AND state = 'running'").get(params.id, params.lease) as
-        | { stalled: number }
-        | undefined;
-      if (!held) return false;
-      this.stmt(
-        `INSERT INTO job_progress (job_id, data, updated_at) VALUES (?, ?, ?)
-         ON CONFLICT(job_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
-      ).run(params.id, JSON.stringify(params.progress), params.now);
-      if (held.stalled === 1) {
-        this.stmt(
-          `UPDATE jobs SET stalled = 0, updated_at = ${NEXT_UPDATED_AT}, log = ${logEntrySql("'running'", "'running'", 'attempts', "'progress resumed'", 'worker_id')} WHERE id = @id`,
-        ).run({ id: params.id, at: params.now });
-      }
-      return true;
-    });
-  }
-
-  async saveCheckpoint(params: LeaseRef & { checkpoint: Checkpoint; now: number }): Promise<boolean> {
-    return this.write(
-      () =>
-        this.stmt("UPDATE jobs SET checkpoint = ? WHERE id = ? AND lease = ? AND state = 'running'").run(
-          JSON.stringify({ version: params.checkpoint.version, data: params.checkpoint.data }),
-          params.id,
-          params.lease,
-        ).changes === 1,
-    );
-  }
+  heartbeat: JobQueueStore['heartbeat'] = (p) => this.leases.heartbeat(p);
+  leaseStatus: JobQueueStore['leaseStatus'] = (p) => this.leases.leaseStatus(p);
+  saveProgress: JobQueueStore['saveProgress'] = (p) => this.leases.saveProgress(p);
+  saveCheckpoint: JobQueueStore['saveCheckpoint'] = (p) => this.leases.saveCheckpoint(p);
 
   // ---- sweeper ------------------------------------------------------------------------
 
@@ -650,151 +489,23 @@ export class SqliteStore implements Store {
   deadLetterGroups: DeadLetterStore['deadLetterGroups'] = (p) => this.deadLetters.deadLetterGroups(p);
   failedJobs: DeadLetterStore['failedJobs'] = (p) => this.deadLetters.failedJobs(p);
 
-  // ---- result files (ResultFileStore) and the webhook outbox (WebhookOutboxStore) -----------
+  // ---- result files (ResultFileStore): result-file-ops.ts -----------------------------------
 
-  async recordResult(params: LeaseRef & { file: Omit<ResultFileRecord, 'downloads'>; now: number }): Promise<boolean> {
-    const f = params.file;
-    return this.write(
-      () =>
-        this.stmt(
-          `INSERT INTO job_results (job_id, name, seq, size, content_type, sha256, key, created_at)
-           SELECT j.id, ?, (SELECT coalesce(max(r.seq), 0) + 1 FROM job_results r WHERE r.job_id = j.id), ?, ?, ?, ?, ?
-           FROM jobs j WHERE j.id = ? AND j.lease = ? AND j.state = 'running'
-           ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size, content_type = excluded.content_type,
-             sha256 = excluded.sha256, key = excluded.key, created_at = excluded.created_at`,
-        ).run(f.name, f.size, f.contentType, f.sha256, f.key, params.now, params.id, params.lease).changes === 1,
-    );
-  }
+  recordResult: ResultFileStore['recordResult'] = (p) => this.resultFiles.recordResult(p);
+  unrecordResult: ResultFileStore['unrecordResult'] = (p) => this.resultFiles.unrecordResult(p);
+  listResults: ResultFileStore['listResults'] = (p) => this.resultFiles.listResults(p);
+  deleteResults: ResultFileStore['deleteResults'] = (p) => this.resultFiles.deleteResults(p);
+  countDownload: ResultFileStore['countDownload'] = (p) => this.resultFiles.countDownload(p);
 
-  async unrecordResult(params: LeaseRef & { name: string }): Promise<boolean> {
-    return this.write(() => {
-      const held = this.stmt("SELECT 1 FROM jobs WHERE id = ? AND lease = ? AND state = 'running'").get(params.id, params.lease);
-      if (!held) return false;
-      this.stmt('DELETE FROM job_results WHERE job_id = ? AND name = ?').run(params.id, params.name);
-      return true;
-    });
-  }
+  // ---- the webhook outbox (WebhookOutboxStore): webhook-ops.ts --------------------------------
 
-  async listResults(params: { ids: readonly string[] }): Promise<Map<string, ResultFileRecord[]>> {
-    const out = new Map<string, ResultFileRecord[]>();
-    if (params.ids.length === 0) return out;
-    const rows = this.stmt(
-      `SELECT job_id, name, size, content_type, sha256, key, downloads FROM job_results
-       WHERE job_id IN (SELECT value FROM json_each(?)) ORDER BY job_id, seq`,
-    ).all(JSON.stringify(params.ids)) as { job_id: string; name: string; size: number; content_type: string; sha256: string; key: string; downloads: number }[];
-    for (const r of rows) {
-      const list = out.get(r.job_id) ?? [];
-      list.push({ name: r.name, size: r.size, contentType: r.content_type, sha256: r.sha256, key: r.key, downloads: r.downloads });
-      out.set(r.job_id, list);
-    }
-    return out;
-  }
-
-  async deleteResults(params: { id: string }): Promise<void> {
-    this.write(() => this.stmt('DELETE FROM job_results WHERE job_id = ?').run(params.id));
-  }
-
-  async countDownload(params: { id: string; name: string }): Promise<void> {
-    this.write(() => this.stmt('UPDATE job_results SET downloads = downloads + 1 WHERE job_id = ? AND name = ?').run(params.id, params.name));
-  }
-
-  async saveWebhook(params: WebhookTarget): Promise<void> {
-    this.write(() =>
-      this.stmt(
-        `INSERT INTO job_webhooks (job_id, url, secret) VALUES (?, ?, ?)
-         ON CONFLICT (job_id) DO UPDATE SET url = excluded.url, secret = excluded.secret, pending = 1, notified_finished_at = NULL`,
-      ).run(params.jobId, params.url, params.secret),
-    );
-  }
-
-  async deleteWebhook(params: { jobId: string }): Promise<void> {
-    this.write(() => this.stmt('DELETE FROM job_webhooks WHERE job_id = ?').run(params.jobId));
-  }
-
-  async getWebhook(params: { jobId: string }): Promise<WebhookTarget | null> {
-    const row = this.stmt('SELECT url, secret FROM job_webhooks WHERE job_id = ?').get(params.jobId) as { url: string; secret: string | null } | undefined;
-    return row ? { jobId: params.jobId, url: row.url, secret: row.secret } : null;
-  }
-
-  async pendingWebhookEvents(params: { limit: number }): Promise<WebhookEvent[]> {
-    const rows = this.stmt(PENDING_WEBHOOKS_SQL).all(Math.max(1, Math.floor(params.limit))) as { id: string; tenant: string; state: JobState; finished_at: number }[];
-    return rows.map((r) => ({ jobId: r.id, tenant: r.tenant, state: r.state, finishedAt: r.finished_at }));
-  }
-
-  async markWebhookEvent(params: { jobId: string; finishedAt: number }): Promise<void> {
-    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 0, notified_finished_at = ? WHERE job_id = ?').run(params.finishedAt, params.jobId));
-  }
-
-  async rearmWebhook(params: { jobId: string }): Promise<void> {
-    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 1 WHERE job_id = ?').run(params.jobId));
-  }
-
-  async rearmWebhooks(params: { jobIds: readonly string[] }): Promise<void> {
-    if (params.jobIds.length === 0) return;
-    this.write(() => this.stmt('UPDATE job_webhooks SET pending = 1 WHERE job_id IN (SELECT value FROM json_each(?))').run(JSON.stringify(params.jobIds)));
-  }
-
-  async recordWebhookDelivery(e: WebhookDeliveryEntry): Promise<void> {
-    this.write(() =>
-      this.stmt(
-        `INSERT INTO webhook_deliveries (job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(e.jobId, e.deliveryId, e.eventType, e.attempt, e.at, e.url, e.status, e.ok ? 1 : 0, e.error, e.durationMs, e.responseSnippet),
-    );
-  }
-
-  async listWebhookDeliveries(params: { jobId: string; limit: number }): Promise<WebhookDeliveryEntry[]> {
-    const rows = this.stmt(
-      `SELECT job_id, delivery_id, event_type, attempt, at, url, status, ok, error, duration_ms, response_snippet
-       FROM webhook_deliveries WHERE job_id = ? ORDER BY seq LIMIT ?`,
-    ).all(params.jobId, Math.max(1, Math.floor(params.limit))) as Record<string, unknown>[];
-    return rows.map((r) => ({
-      jobId: r.job_id as string,
-      deliveryId: r.delivery_id as string,
-      eventType: r.event_type as string,
-      attempt: r.attempt as number,
-      at: r.at as number,
-      url: r.url as string,
-      status: (r.status as number | null) ?? null,
-      ok: r.ok === 1,
-      error: (r.error as string | null) ?? null,
-      durationMs: r.duration_ms as number,
-      responseSnippet: (r.response_snippet as string | null) ?? null,
-    }));
-  }
-}
-
-/** Opens the file, naming it (and a missing directory) when that fails: node:sqlite's own message names neither. */
-/**
- * Switches the file to WAL. Changing the journal mode needs the file to itself, and SQLite
- * answers "database is locked" at once, without its busy handler, while another connection holds
- * a lock: several processes opening a new file together (or one opening while another writes
- * in rollback mode) would fail. Tried again for up to the busy timeout.
- */
-function enterWal(db: DatabaseSync, busyTimeoutMs: number): void {
-  const deadline = Date.now() + busyTimeoutMs;
-  for (let pause = 5; ; pause = Math.min(100, pause * 2)) {
-    try {
-      db.exec('PRAGMA journal_mode = WAL');
-      return;
-    } catch (err) {
-      if (!/locked|busy/i.test((err as Error).message) || Date.now() >= deadline) throw err;
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, pause);
-    }
-  }
-}
-
-function openDatabase(path: string): DatabaseSync {
-  // Loaded when a store opens, not when this module is imported: a process that never opens
-  // one (the CLI's client commands) does not load node:sqlite, nor get Node 22's warning that
-  // it is experimental; and the CLI can hide that warning before it is emitted.
-  const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
-  try {
-    return new DatabaseSync(path);
-  } catch (err) {
-    const message = (err as Error).message;
-    const dir = dirname(resolve(path));
-    if (path !== ':memory:' && !existsSync(dir)) throw new Error(`cannot open the SQLite database ${path}: the directory ${dir} does not exist`);
-    throw new Error(`cannot open the SQLite database ${path}: ${message}`);
-  }
+  saveWebhook: WebhookOutboxStore['saveWebhook'] = (p) => this.webhooks.saveWebhook(p);
+  deleteWebhook: WebhookOutboxStore['deleteWebhook'] = (p) => this.webhooks.deleteWebhook(p);
+  getWebhook: WebhookOutboxStore['getWebhook'] = (p) => this.webhooks.getWebhook(p);
+  pendingWebhookEvents: WebhookOutboxStore['pendingWebhookEvents'] = (p) => this.webhooks.pendingWebhookEvents(p);
+  markWebhookEvent: WebhookOutboxStore['markWebhookEvent'] = (p) => this.webhooks.markWebhookEvent(p);
+  rearmWebhook: WebhookOutboxStore['rearmWebhook'] = (p) => this.webhooks.rearmWebhook(p);
+  rearmWebhooks: WebhookOutboxStore['rearmWebhooks'] = (p) => this.webhooks.rearmWebhooks(p);
+  recordWebhookDelivery: WebhookOutboxStore['recordWebhookDelivery'] = (p) => this.webhooks.recordWebhookDelivery(p);
+  listWebhookDeliveries: WebhookOutboxStore['listWebhookDeliveries'] = (p) => this.webhooks.listWebhookDeliveries(p);
 }
