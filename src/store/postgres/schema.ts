@@ -547,4 +547,6 @@ ${applyTransitionsFunction(8)}  `,
   // 11: what the sweeper found, cluster-wide: running jobs flagged stalled (a partial index) and
   // zombies reaped per minute (a trigger on the attempt rows); stats-schema.ts
   SWEEP_HEALTH_MIGRATION,
+  // 12: the claim's fast path planned for each call, like the claim by id (claim-sql.ts FAST_CLAIM)
+  claimFunction(12),
 ];
