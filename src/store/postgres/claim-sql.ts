@@ -80,6 +80,26 @@ const GROUPS = `
   END
   $fn$;`;
 
+/**
+ * The candidates of type `p_types[t]`: per tenant of `v_groups` (the first one alone, or a skip
+ * scan) and per priority level, `v_fetch` each, locked as they are read (planClaim's input).
+ */
+function tenantCandidates(t: 'v_i' | 'v_t'): string {
+  return `      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[${t}], false) END;
+      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
+      FOREACH v_group IN ARRAY v_groups LOOP
+        FOR v_level IN 0 .. 3 LOOP
+          v_cands := v_cands || ARRAY(
+            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
+            WHERE j.state = 'queued' AND j.type = p_types[${t}] AND j.tenant = v_group AND j.priority = v_level
+            ORDER BY j.run_at, j.id
+            LIMIT v_fetch
+            FOR UPDATE SKIP LOCKED);
+        END LOOP;
+      END LOOP;
+`;
+}
+
 const V6_HEADS = `      -- The first (tenant, priority) queued, and whether any other follows it: two probes.
       SELECT j.tenant, j.priority INTO v_group, v_rank FROM {s}.jobs j
       WHERE j.state = 'queued' AND j.type = p_types[v_i] ORDER BY j.tenant, j.priority LIMIT 1;
@@ -99,69 +119,37 @@ const V6_HEADS = `      -- The first (tenant, priority) queued, and whether any 
           FOR UPDATE SKIP LOCKED);
         EXIT types;
       END IF;
-      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[v_i], false) END;
-      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
-      FOREACH v_group IN ARRAY v_groups LOOP
-        FOR v_level IN 0 .. 3 LOOP
-          v_cands := v_cands || ARRAY(
-            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
-            WHERE j.state = 'queued' AND j.type = p_types[v_i] AND j.tenant = v_group AND j.priority = v_level
-            ORDER BY j.run_at, j.id
-            LIMIT v_fetch
-            FOR UPDATE SKIP LOCKED);
-        END LOOP;
-      END LOOP;
-    END LOOP;
+${tenantCandidates('v_i')}    END LOOP;
 `;
 
-const V10_HEADS = `      -- The first (tenant, priority) queued: kept for the second pass.
-      SELECT j.tenant, j.priority INTO v_group, v_rank FROM {s}.jobs j
-      WHERE j.state = 'queued' AND j.type = p_types[v_i] ORDER BY j.tenant, j.priority LIMIT 1;
-      CONTINUE WHEN NOT FOUND;
-      v_heads := v_heads || v_i;
-      v_head_groups := v_head_groups || v_group;
-      v_head_ranks := v_head_ranks || v_rank;
-      v_head_rooms := v_head_rooms || v_room;
-    END LOOP;
-    -- Second pass, over the types with queued jobs: whether another (tenant, priority) follows
-    -- the first; one type alone with one pair (and no keyed candidates) is the fast path.
-    <<heads>>
-    FOR v_h IN 1 .. cardinality(v_heads) LOOP
-      v_t := v_heads[v_h];
-      v_group := v_head_groups[v_h];
-      v_rank := v_head_ranks[v_h];
-      v_room := v_head_rooms[v_h];
-      -- (ORDER BY keeps the plan on the index: with a bare filter a generic plan may scan the table.)
-      PERFORM FROM {s}.jobs j WHERE j.state = 'queued' AND j.type = p_types[v_t] AND (j.tenant, j.priority) > (v_group, v_rank)
-      ORDER BY j.tenant, j.priority LIMIT 1;
-      v_alone := NOT FOUND;
-      v_cap := CASE WHEN v_group = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_group)] ELSE p_cap_others END;
-      IF v_alone AND cardinality(v_heads) = 1 AND cardinality(v_cands) = 0 AND p_rate_max[v_t] IS NULL AND v_cap IS NULL THEN
-        -- One tenant, one priority level: the queue index order is the plan.
-        v_ids := ARRAY(
+/**
+ * The claim's first pass records each type's first queued (tenant, priority); the second decides
+ * per type: the fast path (one type with queued jobs, one pair), or candidates per tenant and
+ * level. Migration 10 claims the fast path's jobs by id; migration 12 in one statement planned
+ * for the call (FAST_CLAIM), and reads candidates without sorts or JIT.
+ */
+function headsPasses(version: 10 | 12): string {
+  const fastPath =
+    version === 10
+      ? `        v_ids := ARRAY(
           SELECT j.id FROM {s}.jobs j
           WHERE j.state = 'queued' AND j.type = p_types[v_t] AND j.tenant = v_group
           ORDER BY j.priority, j.run_at, j.id
           LIMIT v_room
           FOR UPDATE SKIP LOCKED);
-        EXIT heads;
-      END IF;
-      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[v_t], false) END;
-      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
-      FOREACH v_group IN ARRAY v_groups LOOP
-        FOR v_level IN 0 .. 3 LOOP
-          v_cands := v_cands || ARRAY(
-            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
-            WHERE j.state = 'queued' AND j.type = p_types[v_t] AND j.tenant = v_group AND j.priority = v_level
-            ORDER BY j.run_at, j.id
-            LIMIT v_fetch
-            FOR UPDATE SKIP LOCKED);
-        END LOOP;
-      END LOOP;
-    END LOOP;
+        EXIT heads;`
+      : `        -- (claimed below, by one statement planned for this call)
+        v_fast := true;
+        EXIT heads;`;
+  const guardOn = version === 10 ? '' : `    -- Without sorts and JIT while reading candidates (see FAST_CLAIM): each read is one tenant's
+    -- queue, in index order.
+    v_sort := current_setting('enable_sort');
+    v_jit := current_setting('jit');
+    PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
 `;
-
-const V12_HEADS = `      -- The first (tenant, priority) queued: kept for the second pass.
+  const guardOff = version === 10 ? '' : `    PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
+`;
+  return `      -- The first (tenant, priority) queued: kept for the second pass.
       SELECT j.tenant, j.priority INTO v_group, v_rank FROM {s}.jobs j
       WHERE j.state = 'queued' AND j.type = p_types[v_i] ORDER BY j.tenant, j.priority LIMIT 1;
       CONTINUE WHEN NOT FOUND;
@@ -172,12 +160,7 @@ const V12_HEADS = `      -- The first (tenant, priority) queued: kept for the se
     END LOOP;
     -- Second pass, over the types with queued jobs: whether another (tenant, priority) follows
     -- the first; one type alone with one pair (and no keyed candidates) is the fast path.
-    -- Without sorts and JIT while reading candidates (see FAST_CLAIM): each read is one tenant's
-    -- queue, in index order.
-    v_sort := current_setting('enable_sort');
-    v_jit := current_setting('jit');
-    PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
-    <<heads>>
+${guardOn}    <<heads>>
     FOR v_h IN 1 .. cardinality(v_heads) LOOP
       v_t := v_heads[v_h];
       v_group := v_head_groups[v_h];
@@ -190,25 +173,12 @@ const V12_HEADS = `      -- The first (tenant, priority) queued: kept for the se
       v_cap := CASE WHEN v_group = ANY(coalesce(p_cap_tenants, '{}')) THEN p_caps[array_position(p_cap_tenants, v_group)] ELSE p_cap_others END;
       IF v_alone AND cardinality(v_heads) = 1 AND cardinality(v_cands) = 0 AND p_rate_max[v_t] IS NULL AND v_cap IS NULL THEN
         -- One tenant, one priority level: the queue index order is the plan.
-        -- (claimed below, by one statement planned for this call)
-        v_fast := true;
-        EXIT heads;
+${fastPath}
       END IF;
-      v_groups := CASE WHEN v_alone THEN ARRAY[v_group] ELSE {s}.claim_groups(p_types[v_t], false) END;
-      v_fetch := {s}.per_group_fetch(v_room, cardinality(v_groups));
-      FOREACH v_group IN ARRAY v_groups LOOP
-        FOR v_level IN 0 .. 3 LOOP
-          v_cands := v_cands || ARRAY(
-            SELECT ROW(j.id, j.type, j.tenant, j.priority, j.run_at, j.ckey)::{s}.claim_candidate FROM {s}.jobs j
-            WHERE j.state = 'queued' AND j.type = p_types[v_t] AND j.tenant = v_group AND j.priority = v_level
-            ORDER BY j.run_at, j.id
-            LIMIT v_fetch
-            FOR UPDATE SKIP LOCKED);
-        END LOOP;
-      END LOOP;
-    END LOOP;
-    PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
-`;
+${tenantCandidates('v_t')}    END LOOP;
+${guardOff}`;
+}
+
 
 /** The claim's SET: the job runs under a new lease ($2 the worker, $3 now). */
 const CLAIM_SET = `        SET state = 'running',
@@ -376,7 +346,7 @@ export function claimFunction(version: 6 | 10 | 12): string {
         END LOOP;
         CONTINUE;
       END IF;
-${v12 ? V12_HEADS : v10 ? V10_HEADS : V6_HEADS}    IF v_ids IS NULL AND cardinality(v_cands) > 0 THEN
+${v12 ? headsPasses(12) : v10 ? headsPasses(10) : V6_HEADS}    IF v_ids IS NULL AND cardinality(v_cands) > 0 THEN
       -- Tenant caps: each capped tenant's lock (in name order), then its running jobs counted.
       SELECT array_agg(DISTINCT c.tenant ORDER BY c.tenant) INTO v_tenants FROM unnest(v_cands) c;
       FOREACH v_group IN ARRAY v_tenants LOOP
