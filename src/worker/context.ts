@@ -16,7 +16,7 @@ import { FatalError, LeaseLostError } from '../core/errors.js';
 import { checkpointUsable } from '../core/lifecycle.js';
 import { findUnstorableInValue, unstorableMessage } from '../core/storable.js';
 import { runningNote } from '../core/transitions.js';
-import type { TaskContext } from '../task-api/define.js';
+import type { CheckpointHandle, ChildrenView, TaskContext, TaskJobInfo } from '../task-api/define.js';
 import { applyTransition } from '../transitions/apply.js';
 import { type Active, cancelKindOf } from './attempt.js';
 import { childrenView, type WorkflowHost, WorkflowRun } from '../workflow/run.js';
@@ -154,58 +154,24 @@ export class HandlerContexts {
   private build(active: Active, useCheckpoint: boolean): TaskContext {
     const { job, task, abortState } = active;
     const { store, clock, files } = this.o;
-    let checkpointValue: unknown =
-      useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
-    let log: Logger | undefined;
-    let results: ResultsHandle | undefined;
-    let uploads: UploadsHandle | undefined;
-    let childView: ReturnType<typeof childrenView> | undefined;
+    const checkpoint = new CheckpointView(
+      useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined,
+      async (data: unknown) => {
+        // The user's data: refused (the handler sees why), never changed, when no store could keep it.
+        const at = findUnstorableInValue(data, 'checkpoint');
+        if (at) throw new FatalError(unstorableMessage(at), { code: 'UNSTORABLE_CHECKPOINT' });
+        const ok = await this.retryWrites(active)('checkpoint', () =>
+          store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: clock() }),
+        );
+        if (!ok) {
+          abortState.abort('lease-lost');
+          throw new LeaseLostError(job.id);
+        }
+      },
+    );
     const parentLog = this.o.log;
-    const resultsHandle = (f: WorkerFiles) =>
-      f.results(
-        { id: job.id, lease: job.lease },
-        () => abortState.abort('lease-lost'),
-        this.retryWrites(active),
-      );
-    return {
-      job: {
-        id: job.id,
-        type: job.type,
-        tenant: job.tenant,
-        metadata: job.metadata,
-        get createdAt() {
-          return new Date(job.createdAt).toISOString();
-        },
-        maxAttempts: job.maxAttempts,
-      },
-      attempt: job.attempts,
-      get signal() {
-        return abortState.signal;
-      },
-      // A child logger per job costs more than a no-op job: make it on first use.
-      get log() {
-        log ??= parentLog.child(jobLogFields(job));
-        return log;
-      },
+    return new AttemptContext(active, checkpoint, {
       progress: (update) => this.reporterOf(active).update(update),
-      checkpoint: {
-        get value() {
-          return checkpointValue;
-        },
-        save: async (data: unknown) => {
-          // The user's data: refused (the handler sees why), never changed, when no store could keep it.
-          const at = findUnstorableInValue(data, 'checkpoint');
-          if (at) throw new FatalError(unstorableMessage(at), { code: 'UNSTORABLE_CHECKPOINT' });
-          const ok = await this.retryWrites(active)('checkpoint', () =>
-            store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: clock() }),
-          );
-          if (!ok) {
-            abortState.abort('lease-lost');
-            throw new LeaseLostError(job.id);
-          }
-          checkpointValue = data;
-        },
-      },
       stage: async (name, fn) => {
         this.reporterOf(active).update({ stage: name });
         const wf = this.workflowOf(active);
@@ -229,21 +195,22 @@ export class HandlerContexts {
       },
       sleepUntil: (time) => this.workflowOf(active).sleepUntil(new Date(time).getTime()),
       waitFor: async <T>(name: string, options?: { timeoutMs?: number }) => (await this.workflowOf(active).waitFor(name, options?.timeoutMs)) as T,
-      get children() {
-        childView ??= childrenView(store, job);
-        return childView;
-      },
+      // A child logger per job costs more than a no-op job: made on first use, like the rest.
+      log: () => parentLog.child(jobLogFields(job)),
+      children: () => childrenView(store, job),
       // Made on first use, fenced by this attempt's lease: a refused record aborts the attempt.
-      get results() {
-        results ??= files ? resultsHandle(files) : NO_RESULTS;
-        return results;
-      },
-      get uploads() {
-        uploads ??= files ? files.uploads(job.tenant) : NO_UPLOADS;
-        return uploads;
-      },
-    };
+      results: () =>
+        files
+          ? files.results(
+              { id: job.id, lease: job.lease },
+              () => abortState.abort('lease-lost'),
+              this.retryWrites(active),
+            )
+          : NO_RESULTS,
+      uploads: () => (files ? files.uploads(job.tenant) : NO_UPLOADS),
+    });
   }
+
 
   /**
    * Runs a store write made on the handler's behalf through a short outage: passing errors are
@@ -259,5 +226,121 @@ export class HandlerContexts {
         budgetMs: retryBudgetMs(job.heartbeatTimeoutMs),
         stopped: () => abortState.kind === 'lease-lost',
       });
+  }
+}
+
+/** What a ctx does, made per attempt by HandlerContexts.build; the `make*` parts run on first use. */
+interface ContextParts {
+  progress: TaskContext['progress'];
+  stage: TaskContext['stage'];
+  spawn: TaskContext['spawn'];
+  sleep: TaskContext['sleep'];
+  sleepUntil: TaskContext['sleepUntil'];
+  waitFor: TaskContext['waitFor'];
+  log(): Logger;
+  children(): ChildrenView;
+  results(): ResultsHandle;
+  uploads(): UploadsHandle;
+}
+
+/**
+ * `ctx.job`. Classes, not object literals with getters: V8 makes a literal's accessors one by one
+ * on every creation, which cost about 1.9 µs per ctx against 0.15 µs here (a no-op job's whole
+ * cost is a few tens of µs). The methods stay own properties, so `const { progress } = ctx` works.
+ */
+class JobInfoView implements TaskJobInfo {
+  readonly id: string;
+  readonly type: string;
+  readonly tenant: string;
+  readonly metadata: Record<string, unknown> | null;
+  readonly maxAttempts: number;
+  readonly #createdAt: number;
+
+  constructor(job: JobRecord) {
+    this.id = job.id;
+    this.type = job.type;
+    this.tenant = job.tenant;
+    this.metadata = job.metadata;
+    this.maxAttempts = job.maxAttempts;
+    this.#createdAt = job.createdAt;
+  }
+
+  get createdAt(): string {
+    return new Date(this.#createdAt).toISOString();
+  }
+}
+
+/** `ctx.checkpoint`: the usable saved value, replaced by each successful save. */
+class CheckpointView implements CheckpointHandle {
+  #value: unknown;
+  readonly save: (data: unknown) => Promise<void>;
+
+  constructor(value: unknown, write: (data: unknown) => Promise<void>) {
+    this.#value = value;
+    this.save = async (data: unknown) => {
+      await write(data);
+      this.#value = data;
+    };
+  }
+
+  get value(): unknown {
+    return this.#value;
+  }
+}
+
+/** The `ctx` a handler gets. */
+class AttemptContext implements TaskContext {
+  readonly job: JobInfoView;
+  readonly attempt: number;
+  readonly checkpoint: CheckpointView;
+  readonly progress: TaskContext['progress'];
+  readonly stage: TaskContext['stage'];
+  readonly spawn: TaskContext['spawn'];
+  readonly sleep: TaskContext['sleep'];
+  readonly sleepUntil: TaskContext['sleepUntil'];
+  readonly waitFor: TaskContext['waitFor'];
+  readonly #active: Active;
+  readonly #parts: ContextParts;
+  #log: Logger | undefined;
+  #children: ChildrenView | undefined;
+  #results: ResultsHandle | undefined;
+  #uploads: UploadsHandle | undefined;
+
+  constructor(active: Active, checkpoint: CheckpointView, parts: ContextParts) {
+    this.job = new JobInfoView(active.job);
+    this.attempt = active.job.attempts;
+    this.checkpoint = checkpoint;
+    this.progress = parts.progress;
+    this.stage = parts.stage;
+    this.spawn = parts.spawn;
+    this.sleep = parts.sleep;
+    this.sleepUntil = parts.sleepUntil;
+    this.waitFor = parts.waitFor;
+    this.#active = active;
+    this.#parts = parts;
+  }
+
+  get signal(): AbortSignal {
+    return this.#active.abortState.signal;
+  }
+
+  get log(): Logger {
+    this.#log ??= this.#parts.log();
+    return this.#log;
+  }
+
+  get children(): ChildrenView {
+    this.#children ??= this.#parts.children();
+    return this.#children;
+  }
+
+  get results(): ResultsHandle {
+    this.#results ??= this.#parts.results();
+    return this.#results;
+  }
+
+  get uploads(): UploadsHandle {
+    this.#uploads ??= this.#parts.uploads();
+    return this.#uploads;
   }
 }
