@@ -55,7 +55,7 @@ function transactionClient(tx: SqlTransaction): Client {
   return tx as unknown as Client;
 }
 
-/** A job as a JSON object for json_to_recordset (the `source` of insertMany below). */
+/** A job as a JSON object for json_to_recordset (`source` in statements() below). */
 function jobJson(job: NewJob, o: number): Record<string, unknown> {
   return {
     o,
