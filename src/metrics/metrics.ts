@@ -22,6 +22,7 @@ import { isRelayed } from '../channel/bridge.js';
 import type { JobBus } from '../channel/bus.js';
 import type { JobState } from '../core/states.js';
 import type { JobQueueStore } from '../store/store.js';
+import { KeyedHistogram } from './keyed-histogram.js';
 
 /** Run times and waits: 5 ms to 6 hours. */
 const SECONDS_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 21600];
@@ -55,14 +56,14 @@ export class LonghaulMetrics {
       labelNames: ['task_type', 'state'],
       registers,
     });
-    const duration = new Histogram({
+    const duration = new KeyedHistogram({
       name: 'longhaul_job_duration_seconds',
       help: "Run time of this process's attempts, from claim to written outcome, by the state the job went to.",
       labelNames: ['task_type', 'state'],
       buckets: SECONDS_BUCKETS,
       registers,
     });
-    const queueWait = new Histogram({
+    const queueWait = new KeyedHistogram({
       name: 'longhaul_job_queue_wait_seconds',
       help: 'Time from a job being due (submitted or retry due) to its claim by this process.',
       labelNames: ['task_type'],
@@ -116,10 +117,10 @@ export class LonghaulMetrics {
         if (ENDED.has(e.to) && e.from !== e.to && !isRelayed(e)) finished.inc({ task_type: e.type, state: e.to });
       }),
       bus.on('attempt:started', ({ job }) => {
-        if (job.startedAt !== null) queueWait.observe({ task_type: job.type }, Math.max(0, job.startedAt - job.runAt) / 1000);
+        if (job.startedAt !== null) queueWait.observe([job.type], Math.max(0, job.startedAt - job.runAt) / 1000);
       }),
       bus.on('attempt:ended', ({ job, to, at }) => {
-        if (job.startedAt !== null) duration.observe({ task_type: job.type, state: to }, Math.max(0, at - job.startedAt) / 1000);
+        if (job.startedAt !== null) duration.observe([job.type, to], Math.max(0, at - job.startedAt) / 1000);
       }),
       bus.on('sweeper:pass', (r) => {
         reaped.inc(r.reaped);
