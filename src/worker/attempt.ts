@@ -48,10 +48,6 @@ export function newActive(job: JobRecord, task: Task, nextHeartbeatAt: number): 
   };
 }
 
-function leaseKey(job: JobRecord): string {
-  return `${job.id}#${job.lease}`;
-}
-
 /** The cancel kind a recorded cancel reason stands for. */
 export function cancelKindOf(reason: string | null): 'cancelled' | 'timeout' {
   return reason === 'timeout' ? 'timeout' : 'cancelled';
@@ -59,10 +55,12 @@ export function cancelKindOf(reason: string | null): 'cancelled' | 'timeout' {
 
 export class Attempts {
   /**
-   * By `leaseKey`: after a lease is lost and the job re-claimed, this worker may run a stale
-   * attempt and a new one of the same job at once; each must keep its own entry.
+   * By the claimed record (`Active.job`, never replaced): after a lease is lost and the job
+   * re-claimed, this worker may run a stale attempt and a new one of the same job at once, each
+   * with its own record and entry. (An object key is hashed once; a `${id}#${lease}` string was
+   * built and hashed on every add and forget.)
    */
-  private readonly byLease = new Map<string, Active>();
+  private readonly byLease = new Map<JobRecord, Active>();
   /** How many entries each job id has (more than one only after a lease was lost). */
   private readonly countById = new Map<string, number>();
 
@@ -82,12 +80,13 @@ export class Attempts {
     if (this.countById.has(job.id)) {
       for (const other of this.byLease.values()) if (other.job.id === job.id && other.job.lease < job.lease) other.abortState.abort('lease-lost');
     }
-    this.byLease.set(leaseKey(job), active);
+    this.byLease.set(job, active);
     this.countById.set(job.id, (this.countById.get(job.id) ?? 0) + 1);
   }
 
+  /** Forgets the attempt of this record (its `Active.job`). */
   forget(job: JobRecord): void {
-    if (!this.byLease.delete(leaseKey(job))) return;
+    if (!this.byLease.delete(job)) return;
     const n = (this.countById.get(job.id) ?? 1) - 1;
     if (n > 0) this.countById.set(job.id, n);
     else this.countById.delete(job.id);
