@@ -69,19 +69,16 @@ export interface TransitionParams {
  */
 export function endedRecord(job: JobRecord, write: TransitionParams): JobRecord {
   const p = write.patch ?? {};
-  return {
-    ...job,
-    state: write.to,
-    updatedAt: Math.max(write.at, job.updatedAt + 1),
-    ...(p.runAt !== undefined ? { runAt: p.runAt } : {}),
-    ...(p.result !== undefined ? { result: p.result } : {}),
-    ...(p.error !== undefined ? { error: p.error } : {}),
-    ...(p.finishedAt !== undefined ? { finishedAt: p.finishedAt } : {}),
-    ...(p.expiresAt !== undefined ? { expiresAt: p.expiresAt } : {}),
-    ...(p.clearCheckpoint ? { checkpoint: null } : {}),
-    ...(p.stalled !== undefined ? { stalled: p.stalled } : {}),
-    workerId: write.workerId ?? job.workerId,
-  };
+  // One copy, then the patched fields (a spread per field allocated an object each, per job).
+  const out: JobRecord = { ...job, state: write.to, updatedAt: Math.max(write.at, job.updatedAt + 1), workerId: write.workerId ?? job.workerId };
+  if (p.runAt !== undefined) out.runAt = p.runAt;
+  if (p.result !== undefined) out.result = p.result;
+  if (p.error !== undefined) out.error = p.error;
+  if (p.finishedAt !== undefined) out.finishedAt = p.finishedAt;
+  if (p.expiresAt !== undefined) out.expiresAt = p.expiresAt;
+  if (p.clearCheckpoint) out.checkpoint = null;
+  if (p.stalled !== undefined) out.stalled = p.stalled;
+  return out;
 }
 
 /** What a builder needs to know of a job. */
