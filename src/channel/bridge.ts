@@ -64,11 +64,15 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
   const changes = new Map<string, RelayEvents['jobs:changed']>();
   const changedIds = new Set<string>();
   let changesScheduled = false;
+  // The group the last change joined: a worker's cycle announces the same change of many jobs
+  // in a row, which then skip building and hashing the group's key.
+  let lastGroup: RelayEvents['jobs:changed'] | undefined;
   const flushChanges = () => {
     if (changes.size === 0) return;
     const groups = [...changes.values()];
     changes.clear();
     changedIds.clear();
+    lastGroup = undefined;
     for (const g of groups) {
       if (g.ids.length === 1) {
         send('job:changed', { id: g.ids[0] as string, tenant: g.tenant, type: g.type, from: g.from, to: g.to, reason: g.reason });
@@ -80,10 +84,19 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
   const queueChange = (e: JobEvents['job:changed']) => {
     // A second change of a job already waiting: what waits goes first, in order.
     if (changedIds.has(e.id)) flushChanges();
-    const key = `${e.tenant}\u0000${e.type}\u0000${e.from}\u0000${e.to}\u0000${e.reason}`;
-    const group = changes.get(key);
-    if (group) group.ids.push(e.id);
-    else changes.set(key, { ids: [e.id], tenant: e.tenant, type: e.type, from: e.from, to: e.to, reason: e.reason });
+    const g = lastGroup;
+    if (g !== undefined && g.to === e.to && g.from === e.from && g.reason === e.reason && g.type === e.type && g.tenant === e.tenant) {
+      g.ids.push(e.id);
+    } else {
+      const key = `${e.tenant}\u0000${e.type}\u0000${e.from}\u0000${e.to}\u0000${e.reason}`;
+      let group = changes.get(key);
+      if (group) group.ids.push(e.id);
+      else {
+        group = { ids: [e.id], tenant: e.tenant, type: e.type, from: e.from, to: e.to, reason: e.reason };
+        changes.set(key, group);
+      }
+      lastGroup = group;
+    }
     changedIds.add(e.id);
     if (!changesScheduled) {
       changesScheduled = true;
