@@ -28,7 +28,6 @@ import type {
   ClaimCycle,
   JobQueueStore,
   ClaimParams,
-  TenantCaps,
   GetJobParams,
   JobPage,
   ListJobsParams,
@@ -44,7 +43,7 @@ import type {
   WebhookOutboxStore,
   StoreCapabilities,
 } from '../store.js';
-import { encodeCursor, JOB_SELECT, parseLog, rowToJob } from './rows.js';
+import { JOB_SELECT, parseLog, rowToJob } from './rows.js';
 import { checkTransition, encodeTransitions } from './transitions.js';
 import { PgSubmitOps } from './submit-ops.js';
 import { PgScheduleOps } from './schedule-ops.js';
@@ -59,6 +58,8 @@ import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
 import { WakeListener } from './wake-listener.js';
+import { claimTypes, capArrays } from './claim-args.js';
+import { decodeJobCursor, encodeJobCursor } from '../job-cursor.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database` (or `postgresql://`). */
@@ -89,56 +90,6 @@ function markApplied(ordinal: number, applied: boolean[], deleted?: boolean[]): 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
 const DEFAULT_POOL_SIZE = 10;
-
-function decodeCursor(cursor: string): string {
-  const id = Buffer.from(cursor, 'base64url').toString('utf8');
-  if (!isUuid(id)) throw new Error('invalid cursor');
-  return id;
-}
-
-/** The stricter of two optional limits. */
-function stricter(a: number | null, b: number | null): number | null {
-  return a === null ? b : b === null ? a : Math.min(a, b);
-}
-
-/** Claim types deduplicated and sorted (advisory locks are taken in this order), with their limits as parallel arrays. */
-function claimTypes(types: ClaimParams['types']): {
-  names: string[];
-  limits: (number | null)[];
-  keyLimits: (number | null)[];
-  rateMax: (number | null)[];
-  ratePer: (number | null)[];
-} {
-  const byName = new Map<string, { limit: number | null; key: number | null; rate: { max: number; perMs: number } | null }>();
-  const positive = (n: number | undefined) => (n !== undefined && n > 0 ? Math.floor(n) : null);
-  for (const t of types) {
-    const prior = byName.get(t.type);
-    const rate = t.rateLimit ? { max: Math.floor(t.rateLimit.max), perMs: Math.floor(t.rateLimit.perMs) } : null;
-    // Listed twice: the stricter limits win.
-    byName.set(t.type, {
-      limit: stricter(prior?.limit ?? null, positive(t.concurrency)),
-      key: stricter(prior?.key ?? null, positive(t.keyConcurrency)),
-      rate: prior?.rate && (!rate || prior.rate.max / prior.rate.perMs < rate.max / rate.perMs) ? prior.rate : rate,
-    });
-  }
-  const names = [...byName.keys()].sort();
-  const of = (n: string) => byName.get(n) as { limit: number | null; key: number | null; rate: { max: number; perMs: number } | null };
-  return {
-    names,
-    limits: names.map((n) => of(n).limit),
-    keyLimits: names.map((n) => of(n).key),
-    rateMax: names.map((n) => of(n).rate?.max ?? null),
-    ratePer: names.map((n) => of(n).rate?.perMs ?? null),
-  };
-}
-
-/** Tenant caps as the claim function takes them: names and caps in parallel, and the cap of the others. */
-function capArrays(caps: TenantCaps | undefined): [string[], (number | null)[], number | null] {
-  if (!caps) return [[], [], null];
-  const names = Object.keys(caps.byTenant).sort();
-  const cap = (n: number | null | undefined) => (n === null || n === undefined ? null : Math.floor(n));
-  return [names, names.map((n) => cap(caps.byTenant[n])), cap(caps.others)];
-}
 
 export class PostgresStore implements Store {
   readonly capabilities: StoreCapabilities;
@@ -347,7 +298,7 @@ export class PostgresStore implements Store {
     };
     if (params.tenant !== undefined) add(1, (n) => `j.tenant = $${n}`, params.tenant);
     if (params.parentId !== undefined) add(16, (n) => `j.parent_id = $${n}`, params.parentId);
-    if (params.cursor) add(2, (n) => `j.id < $${n}::uuid`, decodeCursor(params.cursor));
+    if (params.cursor) add(2, (n) => `j.id < $${n}::uuid`, decodeJobCursor(params.cursor));
     if (params.states && params.states.length > 0) add(4, (n) => `j.state = ANY($${n}::text[])`, params.states);
     if (params.type !== undefined) add(8, (n) => `j.type = $${n}`, params.type);
     // strpos, not LIKE: the text is matched as it is. lower() of ASCII letters only, as SQLite's.
@@ -358,7 +309,7 @@ export class PostgresStore implements Store {
     const rows = await this.rows(`list_${shape}`, sql, values);
     const items = rows.slice(0, limit).map((r) => rowToJob(r));
     const last = items[items.length - 1];
-    return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
+    return { items, nextCursor: rows.length > limit && last ? encodeJobCursor(last.id) : null };
   }
 
   // ---- stats: stats-ops.ts (counters kept by the triggers of stats-schema.ts) ----------------

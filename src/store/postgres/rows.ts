@@ -84,6 +84,3 @@ export function parseLog(text: string): TransitionEntry[] {
   }));
 }
 
-export function encodeCursor(id: string): string {
-  return Buffer.from(id, 'utf8').toString('base64url');
-}

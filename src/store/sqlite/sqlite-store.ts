@@ -58,6 +58,7 @@ import { SqliteStatsOps } from './stats-ops.js';
 import { SqliteLeaseOps } from './lease-ops.js';
 import { SqliteResultFileOps } from './result-file-ops.js';
 import { SqliteWebhookOps } from './webhook-ops.js';
+import { decodeJobCursor, encodeJobCursor } from '../job-cursor.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -72,16 +73,6 @@ export interface SqliteStoreOptions {
 }
 
 const JOB_ROW = jobJson('j');
-
-function encodeCursor(id: string): string {
-  return Buffer.from(id, 'utf8').toString('base64url');
-}
-
-function decodeCursor(cursor: string): string {
-  const id = Buffer.from(cursor, 'base64url').toString('utf8');
-  if (!/^[0-9a-f-]{36}$/.test(id)) throw new Error('invalid cursor');
-  return id;
-}
 
 interface HotStatements {
   promote: Compiled<{ id: string; at: number }>;
@@ -298,7 +289,7 @@ export class SqliteStore implements Store {
     }
     if (params.cursor) {
       where.push('j.id < ?');
-      args.push(decodeCursor(params.cursor));
+      args.push(decodeJobCursor(params.cursor));
     }
     if (params.states && params.states.length > 0) {
       where.push('j.state IN (SELECT value FROM json_each(?))');
@@ -318,7 +309,7 @@ export class SqliteStore implements Store {
     const rows = this.arrayStmt(sql).all(...args, limit + 1);
     const items = jobsFromRows(rows.slice(0, limit));
     const last = items[items.length - 1];
-    return { items, nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null };
+    return { items, nextCursor: rows.length > limit && last ? encodeJobCursor(last.id) : null };
   }
 
   // ---- stats: stats-ops.ts (counters kept by the triggers of stats-schema.ts) ----------------
