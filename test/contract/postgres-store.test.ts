@@ -72,14 +72,8 @@ runStatsContract(
     // The schema just before the stats migration, as a database written by the previous release.
     const schema = `t${++schemas}`;
     const before = MIGRATIONS.findIndex((m) => m.includes(STATS_MIGRATION));
-    const rendered = renderMigrations(schema);
+    await schemaAtVersion(schema, before);
     await admin(async (c) => {
-      await c.query(`CREATE SCHEMA "${schema}"`);
-      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-      for (let v = 0; v < before; v++) {
-        await c.query(rendered[v] as string);
-        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
-      }
       for (const j of jobs) {
         await c.query(
           `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, started_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, log)
@@ -137,15 +131,9 @@ describe('postgres: the stats change log, grouped per statement (migration 10)',
 
   it('changes logged one per job before migration 10 fold with the grouped ones after it', async () => {
     const schema = `t${++schemas}`;
-    const rendered = renderMigrations(schema);
     const at = 9; // the version before migration 10 (later migrations follow it)
+    await schemaAtVersion(schema, at);
     await admin(async (c) => {
-      await c.query(`CREATE SCHEMA "${schema}"`);
-      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-      for (let v = 0; v < at; v++) {
-        await c.query(rendered[v] as string);
-        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
-      }
       // Written by the previous release: 30 queued jobs, then 12 of them claimed (one change row each).
       for (let i = 0; i < 30; i++) {
         await c.query(
@@ -186,6 +174,19 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>, url = db.url): Promise
   } finally {
     await c.end();
   }
+}
+
+/** Schema `schema` at migration `version`, as a database written by an older release is. */
+async function schemaAtVersion(schema: string, version: number): Promise<void> {
+  const rendered = renderMigrations(schema);
+  await admin(async (c) => {
+    await c.query(`CREATE SCHEMA "${schema}"`);
+    await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+    for (let v = 0; v < version; v++) {
+      await c.query(rendered[v] as string);
+      await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
+    }
+  });
 }
 
 /** Ends the sessions on database `url` whose application name matches. */
@@ -244,14 +245,7 @@ describe('PostgresStore specifics', () => {
 
   it('a version-2 schema upgrades to workflows: its jobs read back, promote, claim and complete as before', async () => {
     const schema = 'from_v2';
-    await admin(async (c) => {
-      await c.query(`CREATE SCHEMA "${schema}"`);
-      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-      for (const [i, sql] of renderMigrations(schema).slice(0, 2).entries()) {
-        await c.query(sql);
-        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [i + 1]);
-      }
-    });
+    await schemaAtVersion(schema, 2);
     const old = new PostgresStore({ connectionString: db.url, schema });
     try {
       const due = newJob({ type: 'old', state: 'pending', runAt: T0 + 10 });
@@ -285,14 +279,7 @@ describe('PostgresStore specifics', () => {
 
   it("a version-5 schema upgrades to dead letters: jobs failed before are grouped by their error's code, new failures are recorded", async () => {
     const schema = 'from_v5';
-    await admin(async (c) => {
-      await c.query(`CREATE SCHEMA "${schema}"`);
-      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-      for (const [i, sql] of renderMigrations(schema).slice(0, 5).entries()) {
-        await c.query(sql);
-        await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [i + 1]);
-      }
-    });
+    await schemaAtVersion(schema, 5);
     const old = new PostgresStore({ connectionString: db.url, schema });
     try {
       const before = newJob({ type: 'old' });
