@@ -12,12 +12,12 @@
  * sub-select walks the queue index, as before fairness existed, after three index probes (the
  * first queued (tenant, priority), and whether another level or tenant follows it).
  */
-import type { StatsBatch } from './stats-batch.js';
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { type ClaimCandidate, DEFAULT_PRIORITY_AGING_MS, keyOf, PRIORITY_LEVELS, perGroupFetch, planClaim } from '../../core/claim-plan.js';
 import type { JobRecord } from '../../core/job.js';
 import type { ClaimParams, ClaimType, TenantCaps } from '../store.js';
 import { jobJson, jobsFromRows, queueOrder } from './rows.js';
+import type { StatsBatch } from './stats-batch.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT } from './sql.js';
 
 /** Tenants (or concurrency keys) one claim looks at per type; more are taken in turn by later claims. */
