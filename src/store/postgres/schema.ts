@@ -400,4 +400,13 @@ ${applyTransitionsFunction(8)}  `,
   SWEEP_HEALTH_MIGRATION,
   // 12: the claim's fast path planned for each call, like the claim by id (claim-sql.ts FAST_CLAIM)
   claimFunction(12),
+  // 13: a tenant's jobs by id without its running ones: a claim (queued -> running) then writes
+  // no entry in it, one index entry fewer per claimed job (its job is found by jobs_running while
+  // it runs; listings by tenant read both, see postgres-store.ts listJobs). Built under a new name,
+  // then swapped: a write to jobs waits for the build (as for every index a migration creates).
+  `
+  CREATE INDEX jobs_tenant_idle ON {s}.jobs (tenant, id) WHERE state <> 'running';
+  DROP INDEX {s}.jobs_tenant;
+  ALTER INDEX {s}.jobs_tenant_idle RENAME TO jobs_tenant;
+  `,
 ];

@@ -13,7 +13,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { uuidv7 } from '../../../src/core/ids.js';
 import type { JobRecord, TransitionEntry } from '../../../src/core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../../../src/core/progress.js';
-import { JOB_STATES } from '../../../src/core/states.js';
+import { JOB_STATES, type JobState } from '../../../src/core/states.js';
 import { durationBucket } from '../../../src/core/stats-window.js';
 import type { Store, TransitionParams } from '../../../src/store/store.js';
 import { assertLogReplays, contractHelpers, newJob, T0 } from './fixtures.js';
@@ -249,6 +249,36 @@ export function runJobQueueContract(name: string, makeStore: () => Promise<Store
         assert.deepEqual(await ids({ limit: 10, type: 'report' }), [a3.id, g1.id, a1.id]);
         assert.deepEqual(await ids({ limit: 10, type: 'report', tenant: 'acme', states: ['queued'] }), [a3.id, a1.id]);
         assert.deepEqual(await ids({ limit: 10, states: [] }), [a3.id, g1.id, a2.id, a1.id]); // empty = no filter
+      });
+
+      it("lists a tenant's running jobs among its others, newest first, page by page and by state", async () => {
+        // Interleaved: running, queued, pending, running... (PostgreSQL reads a tenant's running
+        // jobs apart from its others; the listing must merge them in id order.)
+        const made: JobRecord[] = [];
+        for (let i = 0; i < 9; i++) {
+          if (i % 3 === 0) made.push(await running({ tenant: 'acme' }));
+          else made.push(await insert({ tenant: 'acme', type: 'report', ...(i % 3 === 2 ? { state: 'pending' as const, runAt: T0 + 60_000 } : {}) }));
+        }
+        const other = await running({ tenant: 'globex' });
+        const newest = made.map((j) => j.id).reverse();
+        const ids = async (p: Parameters<Store['listJobs']>[0]) => (await store.listJobs(p)).items.map((j) => j.id);
+        assert.deepEqual(await ids({ limit: 20, tenant: 'acme' }), newest);
+        const seen: string[] = [];
+        let cursor: string | null = null;
+        do {
+          const page = await store.listJobs({ limit: 2, tenant: 'acme', cursor });
+          seen.push(...page.items.map((j) => j.id));
+          cursor = page.nextCursor;
+        } while (cursor);
+        assert.deepEqual(seen, newest);
+        const byState = (states: JobState[]) => made.filter((j) => states.includes(j.state)).map((j) => j.id).reverse();
+        assert.deepEqual(await ids({ limit: 20, tenant: 'acme', states: ['running'] }), byState(['running']));
+        assert.deepEqual(await ids({ limit: 20, tenant: 'acme', states: ['running', 'queued'] }), byState(['running', 'queued']));
+        assert.deepEqual(await ids({ limit: 20, tenant: 'acme', states: ['pending', 'queued'] }), byState(['pending', 'queued']));
+        assert.deepEqual(await ids({ limit: 2, tenant: 'acme', states: ['running'] }), byState(['running']).slice(0, 2));
+        assert.deepEqual(await ids({ limit: 20, tenant: 'globex' }), [other.id]);
+        assert.deepEqual(await ids({ limit: 20, tenant: 'globex', states: ['queued'] }), []);
+        assert.deepEqual((await ids({ limit: 20 })).length, 10);
       });
 
       it('filters by text in the id or the metadata, letters without case, as written (no wildcards), with the other filters and the cursor', async () => {
