@@ -200,7 +200,9 @@ export class Runtime {
     let soon: NodeJS.Timeout | null = null;
     const off = bus.on('job:changed', (e) => {
       // Relayed ends are dispatched by the process where they happened (the outbox makes a double dispatch harmless, not free).
-      if (soon || (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled') || isRelayed(e)) return;
+      // A job deleted by the write that ended it (retention 0) had no webhook: the stores delete
+      // only jobs that own none.
+      if (soon || (e.to !== 'succeeded' && e.to !== 'failed' && e.to !== 'cancelled') || e.deleted || isRelayed(e)) return;
       soon = setTimeout(() => {
         soon = null;
         this.dispatchWebhooks().catch((err) => logger.error({ err }, 'webhook dispatch failed'));

@@ -213,6 +213,49 @@ for (const backend of backends) {
       }
     });
 
+    it('retention 0: jobs deleted by the write that ended them start no webhook dispatch; an ended job with a webhook does, at once', async () => {
+      // A sweep interval of a minute: after its first pass, the sweeper reads no webhook events itself.
+      const { lh, store } = await openInstance({ retention: { succeeded: 0 }, sweepIntervalMs: 60_000 });
+      try {
+        let reads = 0;
+        const read = store.pendingWebhookEvents.bind(store);
+        store.pendingWebhookEvents = (p) => {
+          reads++;
+          return read(p);
+        };
+        lh.startSweeper();
+        await lh.startWorker({ sweeper: false });
+        await new Promise((r) => setTimeout(r, 300));
+        const before = reads;
+        const jobs = await Promise.all(Array.from({ length: 20 }, () => lh.submit('t.idle', {})));
+        for (const job of jobs) {
+          const deadline = Date.now() + 10_000;
+          while ((await lh.get(job.id)) !== null) {
+            assert.ok(Date.now() < deadline, 'the job was not deleted on completion');
+            await new Promise((r) => setTimeout(r, 10));
+          }
+        }
+        await new Promise((r) => setTimeout(r, 100));
+        assert.equal(reads, before, 'no webhook dispatch for jobs that could have none');
+        // A webhook target saved while the job runs (submit checks that a target's host resolves).
+        const gate = `g-${Date.now()}`;
+        const hooked = await lh.submit('t.gated', { gate });
+        for (const until = Date.now() + 5_000; !gates.has(gate); await new Promise((r) => setTimeout(r, 10))) assert.ok(Date.now() < until, 'the gated job did not start');
+        await store.saveWebhook({ jobId: hooked.id, url: 'https://example.test/hook', secret: null });
+        assert.equal(reads, before);
+        const last = lh.wait(hooked.id);
+        (gates.get(gate) as () => void)();
+        const deadline = Date.now() + 5_000;
+        while (reads === before) {
+          assert.ok(Date.now() < deadline, 'the webhook of the ended job was not dispatched');
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        assert.equal((await last).status, 'succeeded');
+      } finally {
+        await lh.close();
+      }
+    });
+
     it("retention 0: the worker's own write deletes the job with every row it owns; a watcher still gets its last snapshot; files are left to the eraser", async () => {
       // No sweeper, no on-completion pass: only the worker's write can delete.
       const { lh, store, counts } = await openInstance({ retention: { succeeded: 0 } });
