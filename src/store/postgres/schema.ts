@@ -409,4 +409,7 @@ ${applyTransitionsFunction(8)}  `,
   DROP INDEX {s}.jobs_tenant;
   ALTER INDEX {s}.jobs_tenant_idle RENAME TO jobs_tenant;
   `,
+  // 14: retention 0's delete looks for a job's progress, signal and attempt rows only where it can
+  // have some (transition-sql.ts)
+  applyTransitionsFunction(14),
 ];

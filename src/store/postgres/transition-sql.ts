@@ -4,12 +4,15 @@
  * see migration 8 in schema.ts for what it writes. Migration 10 replaced it with the same rules,
  * cheaper for retention 0: whether any job owns results, webhooks or children is asked once per
  * call instead of once per deleted job, and a round whose items all deleted their job skips the
- * UPDATE (a second parse of the items and a probe per deleted id).
+ * UPDATE (a second parse of the items and a probe per deleted id). Migration 14: a deleted job's
+ * progress and signal rows are looked for only when those tables hold any, and its attempt rows only
+ * when it ran under an earlier lease (1.6 µs per deleted job, a third of the delete, when none is).
  */
 import { logAppend } from './log-sql.js';
 
-export function applyTransitionsFunction(version: 8 | 10): string {
-  const v10 = version === 10;
+export function applyTransitionsFunction(version: 8 | 10 | 14): string {
+  const v10 = version >= 10;
+  const v14 = version >= 14;
   return `  CREATE OR REPLACE FUNCTION {s}.apply_transitions(p_items json, p_rounds integer) RETURNS integer[]
   LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   DECLARE
@@ -20,7 +23,9 @@ export function applyTransitionsFunction(version: 8 | 10): string {
     v_deletes boolean;${v10 ? `
     v_items integer;
     v_owners boolean;
-    v_parents boolean;` : ''}
+    v_parents boolean;` : ''}${v14 ? `
+    v_progress boolean;
+    v_signals boolean;` : ''}
   BEGIN
     -- A text search, cheaper than parsing: most calls carry no d (a false positive, such as a
     -- result holding "d":true, only costs the DELETE below finding nothing).
@@ -30,7 +35,10 @@ export function applyTransitionsFunction(version: 8 | 10): string {
       -- (the common case), the DELETE below skips its per-job probes.
       v_owners := EXISTS (SELECT 1 FROM {s}.job_results) OR EXISTS (SELECT 1 FROM {s}.job_webhooks) OR EXISTS (SELECT 1 FROM {s}.webhook_deliveries);
       -- (Not EXISTS, which drops the ORDER BY and may scan the table: this stays on jobs_children.)
-      v_parents := (SELECT c.parent_id FROM {s}.jobs c WHERE c.parent_id IS NOT NULL ORDER BY c.parent_id LIMIT 1) IS NOT NULL;
+      v_parents := (SELECT c.parent_id FROM {s}.jobs c WHERE c.parent_id IS NOT NULL ORDER BY c.parent_id LIMIT 1) IS NOT NULL;${v14 ? `
+      -- The same for progress and signals: a deleted job's rows there are looked for only when some job has any.
+      v_progress := EXISTS (SELECT 1 FROM {s}.progress);
+      v_signals := EXISTS (SELECT 1 FROM {s}.job_signals);` : ''}
     END IF;` : ''}
     FOR v_round IN 1 .. p_rounds LOOP
       IF v_deletes THEN
@@ -58,13 +66,15 @@ export function applyTransitionsFunction(version: 8 | 10): string {
             AND NOT EXISTS (SELECT 1 FROM {s}.job_webhooks w WHERE w.job_id = j.id)
             AND NOT EXISTS (SELECT 1 FROM {s}.webhook_deliveries dl WHERE dl.job_id = j.id)
             AND NOT EXISTS (SELECT 1 FROM {s}.jobs c WHERE c.parent_id = j.id::text)`}
-          RETURNING j.id, i.o
+          RETURNING j.id, i.o${v14 ? ', j.lease' : ''}
         ), gone_progress AS (
-          DELETE FROM {s}.progress p USING gone WHERE p.job_id = gone.id
+          DELETE FROM {s}.progress p USING gone WHERE ${v14 ? 'v_progress AND ' : ''}p.job_id = gone.id
         ), gone_signals AS (
-          DELETE FROM {s}.job_signals g USING gone WHERE g.job_id = gone.id
-        ), gone_attempts AS (
-          DELETE FROM {s}.job_attempts a USING gone WHERE a.job_id = gone.id
+          DELETE FROM {s}.job_signals g USING gone WHERE ${v14 ? 'v_signals AND ' : ''}g.job_id = gone.id
+        ), gone_attempts AS (${v14 ? `
+          -- Attempt rows are those of runs that ended before this one, each under its own lease:
+          -- a job ending its first lease has none.` : ''}
+          DELETE FROM {s}.job_attempts a USING gone WHERE ${v14 ? 'gone.lease > 1 AND ' : ''}a.job_id = gone.id
         )
         SELECT array_agg(-gone.o)${v10 ? ', (SELECT count(*) FROM round)' : ''} INTO v_part${v10 ? ', v_items' : ''} FROM gone;
         v_applied := v_applied || coalesce(v_part, '{}');${v10 ? `
