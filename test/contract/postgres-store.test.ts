@@ -464,7 +464,7 @@ describe('PostgresStore specifics', () => {
         assert.equal((await limited).length, 2);
         // Claims refuse to run with a snapshot per transaction (the lock would not protect the count).
         await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-        await assert.rejects(c.query(`SELECT * FROM "${store.schema}".complete_and_claim('[]', 0, 'w', '{lim}', '{2}', 5, $1, '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`, [T0]), /READ COMMITTED/);
+        await assert.rejects(c.query(`SELECT * FROM "${store.schema}".claim_cycle('[]', 0, 'w', '{lim}', '{2}', 5, $1, '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`, [T0]), /READ COMMITTED/);
         await c.query('ROLLBACK');
       });
     } finally {

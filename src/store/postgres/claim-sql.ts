@@ -19,9 +19,12 @@
  */
 import { logAppendFixed } from './log-sql.js';
 
-/** Columns the claim returns per job (and per applied transition, with only `applied` set). */
-const RETURNS = `RETURNS TABLE (
-    applied integer, id uuid, tenant text, type text, state text, priority smallint, input text, metadata text, result text, error text,
+/**
+ * Columns the claim returns per job (and per applied transition, with only `applied` set; from
+ * version 15, one row with every applied ordinal in `applied`).
+ */
+const returns = (version: number) => `RETURNS TABLE (
+    applied ${version >= 15 ? 'integer[]' : 'integer'}, id uuid, tenant text, type text, state text, priority smallint, input text, metadata text, result text, error text,
     attempts integer, max_attempts integer, lease integer, worker_id text, cancel_requested boolean, cancel_reason text,
     cancel_requested_at bigint, stalled boolean, parent_id text, created_at bigint, started_at bigint, finished_at bigint,
     updated_at bigint, run_at bigint, expires_at bigint, heartbeat_at bigint, timeout_ms bigint, heartbeat_timeout_ms bigint,
@@ -126,7 +129,7 @@ ${tenantCandidates('v_i')}    END LOOP;
  * The claim's first pass records each type's first queued (tenant, priority); the second decides
  * per type: the fast path (one type with queued jobs, one pair), or candidates per tenant and
  * level. Migration 10 claims the fast path's jobs by id; migration 12 in one statement planned
- * for the call (FAST_CLAIM), and reads candidates without sorts or JIT.
+ * for the call (fastClaim), and reads candidates without sorts or JIT.
  */
 function headsPasses(version: 10 | 12): string {
   const fastPath =
@@ -141,6 +144,7 @@ function headsPasses(version: 10 | 12): string {
       : `        -- (claimed below, by one statement planned for this call)
         v_fast := true;
         EXIT heads;`;
+  // (The SQL names fastClaim by its former name, FAST_CLAIM: a released migration's text never changes.)
   const guardOn = version === 10 ? '' : `    -- Without sorts and JIT while reading candidates (see FAST_CLAIM): each read is one tenant's
     -- queue, in index order.
     v_sort := current_setting('enable_sort');
@@ -193,7 +197,7 @@ const CLAIM_SET = `        SET state = 'running',
 `;
 
 /** The claimed rows (`moved`) as the function returns them, with their progress. */
-const CLAIMED_ROWS = `      SELECT NULL::integer, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
+const claimedRows = (version: number) => `      SELECT NULL::${version >= 15 ? 'integer[]' : 'integer'}, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
         m.attempts, m.max_attempts, m.lease, m.worker_id, m.cancel_requested, m.cancel_reason,
         m.cancel_requested_at, m.stalled, m.parent_id, m.created_at, m.started_at, m.finished_at,
         m.updated_at, m.run_at, m.expires_at, m.heartbeat_at, m.timeout_ms, m.heartbeat_timeout_ms,
@@ -209,7 +213,7 @@ const CLAIMED_ROWS = `      SELECT NULL::integer, m.id, m.tenant, m.type, m.stat
  * jobs_tenant_backlog and sorted it: 20-60 ms per claim at 40,000 queued jobs. Now it reads the
  * queue index in order and stops at the limit.
  */
-const FAST_CLAIM = `    IF v_fast THEN
+const fastClaim = (version: number) => `    IF v_fast THEN
       -- Without sorts: the queue index gives the order. Row estimates are often wrong here (a
       -- burst not yet analyzed), and one of 1 row made the planner read the tenant's backlog
       -- through jobs_tenant_backlog and sort it, even planned for the call. And without JIT: the
@@ -230,7 +234,7 @@ ${CLAIM_SET}        FROM picked
         WHERE j.id = picked.id
         RETURNING j.*
       )
-${CLAIMED_ROWS}      ORDER BY m.priority, m.run_at, m.id
+${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id
       $q$ USING p_types[v_t], p_worker, p_now, v_group, v_room;
       PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
     END IF;
@@ -244,19 +248,20 @@ ${CLAIMED_ROWS}      ORDER BY m.priority, m.run_at, m.id
  * transaction's FOR UPDATE: they are queued), which let the planner scan every queued job instead of
  * probing the primary key.
  */
-export function claimFunction(version: 6 | 10 | 12): string {
+export function claimFunction(version: 6 | 10 | 12 | 15): string {
   const v10 = version >= 10;
   const v12 = version >= 12;
+  const v15 = version >= 15;
   return `
-  CREATE ${v10 ? 'OR REPLACE ' : ''}FUNCTION {s}.complete_and_claim(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
+  CREATE ${v10 && !v15 ? 'OR REPLACE ' : ''}FUNCTION {s}.${v15 ? 'claim_cycle' : 'complete_and_claim'}(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
     p_now bigint, p_key_limits integer[], p_rate_max integer[], p_rate_per bigint[], p_aging bigint,
     p_cap_tenants text[], p_caps integer[], p_cap_others integer)
-  ${RETURNS}
+  ${returns(version)}
   LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   #variable_conflict use_column
   DECLARE
-    v_done integer[];
-    v_types integer := coalesce(array_length(p_types, 1), 0);
+${v15 ? '' : `    v_done integer[];
+`}    v_types integer := coalesce(array_length(p_types, 1), 0);
     v_step bigint := coalesce(p_aging, 10000000000000);
     v_room integer;
     v_count integer;
@@ -291,11 +296,14 @@ export function claimFunction(version: 6 | 10 | 12): string {
     IF current_setting('transaction_isolation') <> 'read committed' THEN
       RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
     END IF;
-    IF p_rounds > 0 THEN
+    IF p_rounds > 0 THEN${v15 ? `
+      -- Every applied ordinal in one row (a row each cost more to return and to read than the ordinal).
+      applied := {s}.apply_transitions(p_items, p_rounds);
+      RETURN NEXT;` : `
       v_done := {s}.apply_transitions(p_items, p_rounds);
       FOREACH applied IN ARRAY v_done LOOP
         RETURN NEXT;
-      END LOOP;
+      END LOOP;`}
       applied := NULL;
     END IF;
     IF p_limit <= 0 OR v_types = 0 THEN
@@ -389,7 +397,7 @@ ${v12 ? headsPasses(12) : v10 ? headsPasses(10) : V6_HEADS}    IF v_ids IS NULL 
         LIMIT p_limit
       ) y;
     END IF;
-${v12 ? FAST_CLAIM : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
+${v12 ? fastClaim(version) : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
       -- The claim by primary key, planned for each call (EXECUTE; see migration 3), and the
       -- starts of rate-limited types logged in the same statement.
       RETURN QUERY EXECUTE $q$
@@ -400,7 +408,7 @@ ${CLAIM_SET}        WHERE j.id = ANY($1)${v10 ? '' : " AND j.state = 'queued'"}
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
       )
-${CLAIMED_ROWS}      ORDER BY array_position($1, m.id)
+${claimedRows(version)}      ORDER BY array_position($1, m.id)
       $q$ USING v_ids, p_worker, p_now, v_rated;
     END IF;
     IF v_wake IS NOT NULL THEN

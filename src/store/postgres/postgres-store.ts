@@ -3,7 +3,7 @@
  * and worker processes on any number of machines.
  *
  * - Round trips: a worker's cycle (its completions, then a claim) is one call of the SQL
- *   function `complete_and_claim`, one round trip and one transaction whatever the batch size;
+ *   function `claim_cycle`, one round trip and one transaction whatever the batch size;
  *   `transition` is one call of `apply_transitions`; every other operation is one statement.
  *   Fixed statements are prepared once per connection (named statements).
  * - Claims take rows with FOR UPDATE SKIP LOCKED in queue order (priority, runAt, id).
@@ -168,7 +168,7 @@ export class PostgresStore implements Store {
       from,
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
-      cycle: `SELECT * FROM ${s}.complete_and_claim($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
+      cycle: `SELECT * FROM ${s}.claim_cycle($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
       promote: `SELECT ${s}.promote_due($1, $2)`,
       sweep: {
@@ -386,7 +386,8 @@ export class PostgresStore implements Store {
     const jobs: JobRecord[] = [];
     let wakeAt: number | undefined;
     for (const r of rows) {
-      if (r[0] !== null) markApplied(Number(r[0]), applied, deleted);
+      // One row with every applied ordinal (claim_cycle, migration 15), then the claimed jobs.
+      if (r[0] !== null) for (const o of r[0] as number[]) markApplied(o, applied, deleted);
       else if (r[1] === null) wakeAt = Number(r[r.length - 1]);
       else jobs.push(rowToJob(r, 1));
     }

@@ -412,4 +412,8 @@ ${applyTransitionsFunction(8)}  `,
   // 14: retention 0's delete looks for a job's progress, signal and attempt rows only where it can
   // have some (transition-sql.ts)
   applyTransitionsFunction(14),
+  // 15: the worker's cycle as claim_cycle, complete_and_claim's rules with every applied ordinal
+  // returned in one row (claim-sql.ts); complete_and_claim stays for the processes of the previous
+  // version until they are restarted
+  claimFunction(15),
 ];
