@@ -160,6 +160,85 @@ describe('postgres: the stats change log, grouped per statement (migration 10)',
   });
 });
 
+describe("postgres: a claim's log entry waits in the row until the job's next change (migration 16)", () => {
+  const claimEntry = (at: number, attempt: number, worker: string) => ({ from: 'queued', to: 'running', at, reason: 'claimed', attempt, workerId: worker });
+  const logColumn = (schema: string, id: string) =>
+    admin(async (c) => String((await c.query(`SELECT log FROM "${schema}".jobs WHERE id = $1`, [id])).rows[0]?.log));
+
+  it('the reader adds the waiting entry; the next change writes it once, before its own; a job deleted on its end never writes it', async () => {
+    const store = await openStore();
+    try {
+      await store.insertJobs({ jobs: [newJob({ type: 'logged' }), newJob({ type: 'logged' })] });
+      const [a, b] = await store.claimJobs({ workerId: 'w-9', types: [{ type: 'logged' }], limit: 2, now: T0 + 7 });
+      assert.ok(a && b);
+      assert.doesNotMatch(await logColumn(store.schema, a.id), /claimed/);
+      const running = await store.getTransitions({ id: a.id });
+      assert.deepEqual(running?.slice(1), [claimEntry(T0 + 7, 1, 'w-9')]);
+      assertLogReplays(running ?? [], await store.getJob({ id: a.id }) as JobRecord);
+      // A change of the running job (flagged stalled) writes the claim's entry first.
+      const [stalled] = await store.transition({ items: [{ id: a.id, from: 'running', to: 'running', lease: a.lease, reason: 'stalled', at: T0 + 8, patch: { stalled: true } }] });
+      assert.equal(stalled, true);
+      assert.equal((await logColumn(store.schema, a.id)).match(/claimed/g)?.length, 1);
+      const [ended] = await store.transition({ items: [{ id: a.id, from: 'running', to: 'succeeded', lease: a.lease, reason: 'completed', at: T0 + 9, patch: { finishedAt: T0 + 9 } }] });
+      assert.equal(ended, true);
+      const log = (await store.getTransitions({ id: a.id })) ?? [];
+      assert.deepEqual(
+        log.slice(1).map((e) => e.reason),
+        ['claimed', 'stalled', 'completed'],
+      );
+      assert.deepEqual(log[1], claimEntry(T0 + 7, 1, 'w-9'));
+      assertLogReplays(log, await store.getJob({ id: a.id }) as JobRecord);
+      // Retention 0: deleted by the write that ends it, log and all.
+      const gone = await store.completeAndClaim({
+        complete: [{ id: b.id, from: 'running', to: 'succeeded', lease: b.lease, reason: 'completed', at: T0 + 9, patch: { finishedAt: T0 + 9 }, deleteOnEnd: true }],
+        claim: { workerId: 'w-9', types: [], limit: 0, now: T0 + 9 },
+      });
+      assert.deepEqual(gone.deleted, [true]);
+      assert.equal(await store.getTransitions({ id: b.id }), null);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('a job claimed before the upgrade (its entry written by the claim) keeps one claim entry', async () => {
+    const schema = `t${++schemas}`;
+    await schemaAtVersion(schema, 15);
+    const job = newJob({ type: 'old' });
+    await admin(async (c) => {
+      await c.query(
+        `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
+         VALUES ($1, 'default', 'old', 'queued', 2, 3, $2, $2, $2, 30000, 60000, '[null,"queued",${T0},"submitted",0,null]')`,
+        [job.id, T0],
+      );
+      // The claim of migration 15 appends its entry.
+      await c.query(
+        `SELECT * FROM "${schema}".claim_cycle('[]', 0, 'w-old', '{old}', '{NULL}', 1, $1, '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`,
+        [T0 + 1],
+      );
+    });
+    assert.equal((await logColumn(schema, job.id)).match(/claimed/g)?.length, 1);
+    const store = new PostgresStore({ connectionString: db.url, schema });
+    try {
+      assert.deepEqual(await store.migrate(), { from: 15, to: MIGRATIONS.length });
+      const claimed = (await store.getJob({ id: job.id })) as JobRecord;
+      assert.equal(claimed.state, 'running');
+      assert.equal(((await store.getTransitions({ id: job.id })) ?? []).filter((e) => e.reason === 'claimed').length, 1);
+      const [ended] = await store.transition({
+        items: [{ id: job.id, from: 'running', to: 'succeeded', lease: claimed.lease, reason: 'completed', at: T0 + 2, patch: { finishedAt: T0 + 2 } }],
+      });
+      assert.equal(ended, true);
+      const log = (await store.getTransitions({ id: job.id })) ?? [];
+      assert.deepEqual(
+        log.map((e) => e.reason),
+        ['submitted', 'claimed', 'completed'],
+      );
+      assertLogReplays(log, (await store.getJob({ id: job.id })) as JobRecord);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 // ---- helpers for the PostgreSQL-specific tests ----
 
 const T0 = 1_700_000_000_000;

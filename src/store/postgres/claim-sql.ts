@@ -184,15 +184,18 @@ ${guardOff}`;
 }
 
 
-/** The claim's SET: the job runs under a new lease ($2 the worker, $3 now). */
-const CLAIM_SET = `        SET state = 'running',
+/**
+ * The claim's SET: the job runs under a new lease ($2 the worker, $3 now). From version 16 its log
+ * entry waits in the row (`claim_logged` false, log-sql.ts pendingClaim).
+ */
+const claimSet = (version: number) => `        SET state = 'running',
             lease = j.lease + 1,
             attempts = j.attempts + 1,
             worker_id = $2,
             started_at = $3,
             heartbeat_at = $3,
             stalled = false,
-            log = ${logAppendFixed('queued', 'running', '$3', 'claimed', 'j.attempts + 1', '$2')},
+            ${version >= 16 ? 'claim_logged = false' : `log = ${logAppendFixed('queued', 'running', '$3', 'claimed', 'j.attempts + 1', '$2')}`},
             updated_at = greatest($3, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
 `;
 
@@ -230,7 +233,7 @@ const fastClaim = (version: number) => `    IF v_fast THEN
         FOR UPDATE SKIP LOCKED
       ), moved AS (
         UPDATE {s}.jobs j
-${CLAIM_SET}        FROM picked
+${claimSet(version)}        FROM picked
         WHERE j.id = picked.id
         RETURNING j.*
       )
@@ -248,12 +251,12 @@ ${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id
  * transaction's FOR UPDATE: they are queued), which let the planner scan every queued job instead of
  * probing the primary key.
  */
-export function claimFunction(version: 6 | 10 | 12 | 15): string {
+export function claimFunction(version: 6 | 10 | 12 | 15 | 16): string {
   const v10 = version >= 10;
   const v12 = version >= 12;
   const v15 = version >= 15;
   return `
-  CREATE ${v10 && !v15 ? 'OR REPLACE ' : ''}FUNCTION {s}.${v15 ? 'claim_cycle' : 'complete_and_claim'}(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
+  CREATE ${v10 && version !== 15 ? 'OR REPLACE ' : ''}FUNCTION {s}.${v15 ? 'claim_cycle' : 'complete_and_claim'}(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
     p_now bigint, p_key_limits integer[], p_rate_max integer[], p_rate_per bigint[], p_aging bigint,
     p_cap_tenants text[], p_caps integer[], p_cap_others integer)
   ${returns(version)}
@@ -403,7 +406,7 @@ ${v12 ? fastClaim(version) : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
       RETURN QUERY EXECUTE $q$
       WITH moved AS (
         UPDATE {s}.jobs j
-${CLAIM_SET}        WHERE j.id = ANY($1)${v10 ? '' : " AND j.state = 'queued'"}
+${claimSet(version)}        WHERE j.id = ANY($1)${v10 ? '' : " AND j.state = 'queued'"}
         RETURNING j.*
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)

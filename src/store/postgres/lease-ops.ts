@@ -8,7 +8,7 @@ import { isUuid } from '../../core/ids.js';
 import type { Checkpoint } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
 import type { HeartbeatResult, LeaseRef } from '../store.js';
-import { logAppend } from './schema.js';
+import { logAppend, withPendingClaim } from './log-sql.js';
 
 /** The store's rows in array mode, by a named (prepared) statement. */
 type Rows = (name: string, text: string, values: unknown[]) => Promise<unknown[][]>;
@@ -36,7 +36,7 @@ function statements(s: string) {
           RETURNING job_id
         ), unstalled AS (
           UPDATE ${s}.jobs j SET stalled = false, updated_at = greatest($4::bigint + 1, j.updated_at + 1),
-            log = ${logAppend("'running'", "'running'", '$4::bigint', "'progress resumed'", 'j.attempts', 'j.worker_id')}
+            log = ${withPendingClaim(logAppend("'running'", "'running'", '$4::bigint', "'progress resumed'", 'j.attempts', 'j.worker_id'))}, claim_logged = true
           FROM held WHERE j.id = held.id AND held.stalled
         )
         SELECT count(*)::integer FROM saved`,

@@ -55,6 +55,7 @@ import { PgLeaseOps } from './lease-ops.js';
 import { PgResultFileOps } from './result-file-ops.js';
 import { PgWebhookOps } from './webhook-ops.js';
 import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
+import { pendingClaim } from './log-sql.js';
 import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
 import { WakeListener } from './wake-listener.js';
@@ -167,7 +168,8 @@ export class PostgresStore implements Store {
     return {
       from,
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
-      transitions: `SELECT j.tenant, '[' || j.log || ']' FROM ${s}.jobs j WHERE j.id = $1`,
+      // (A claim's entry waits in the row until the job's next change: migration 16.)
+      transitions: `SELECT j.tenant, '[' || j.log || ${pendingClaim('j')} || ']' FROM ${s}.jobs j WHERE j.id = $1`,
       cycle: `SELECT * FROM ${s}.claim_cycle($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
       promote: `SELECT ${s}.promote_due($1, $2)`,

@@ -8,11 +8,20 @@
  * progress and signal rows are looked for only when those tables hold any, and its attempt rows only
  * when it ran under an earlier lease (1.6 µs per deleted job, a third of the delete, when none is).
  */
-import { logAppend } from './log-sql.js';
+import { logAppend, withPendingClaim } from './log-sql.js';
 
-export function applyTransitionsFunction(version: 8 | 10 | 14): string {
+export function applyTransitionsFunction(version: 8 | 10 | 14 | 16): string {
   const v10 = version >= 10;
   const v14 = version >= 14;
+  const v16 = version >= 16;
+  const append = logAppend(
+    'i.f',
+    'i.t',
+    'i.at',
+    'i.why',
+    'CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END',
+    'i.w',
+  );
   return `  CREATE OR REPLACE FUNCTION {s}.apply_transitions(p_items json, p_rounds integer) RETURNS integer[]
   LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   DECLARE
@@ -90,14 +99,8 @@ export function applyTransitionsFunction(version: 8 | 10 | 14): string {
       ), moved AS (
         UPDATE {s}.jobs j
         SET state = i.t,
-            log = ${logAppend(
-              'i.f',
-              'i.t',
-              'i.at',
-              'i.why',
-              'CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END',
-              'i.w',
-            )},
+            log = ${v16 ? withPendingClaim(append) : append},${v16 ? `
+            claim_logged = true,` : ''}
             updated_at = greatest(i.at, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
             run_at = CASE WHEN i.m & 1 <> 0 THEN i.run_at ELSE j.run_at END,
             result = CASE WHEN i.m & 2 <> 0 THEN i.result ELSE j.result END,
