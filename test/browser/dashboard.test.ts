@@ -13,6 +13,17 @@ import { failedThroughStore } from '../support/dead-letters.js';
 const WAIT = { timeout: 30_000 };
 const missing = browserMissing();
 
+/**
+ * Opens a page of the dashboard anew, so it fetches its data again. Two hash changes in a row may
+ * reach the router in one render (a loaded machine), and the page would then stay mounted with
+ * what it had: the overview is waited for in between.
+ */
+async function openAfresh(page: Page, path: string): Promise<void> {
+  await page.goto('/#/');
+  await page.getByRole('heading', { name: 'Overview' }).waitFor(WAIT);
+  await page.goto(path);
+}
+
 /** The job detail's status (its data-status attribute) reaches `status`. */
 async function waitForStatus(page: Page, status: string): Promise<void> {
   await page.locator(`[data-testid="job-detail"][data-status="${status}"]`).waitFor(WAIT);
@@ -253,8 +264,7 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     // Made through the store: no task fails without a code. The type has no worker, so a replayed job waits.
     const ids = await failedThroughStore(server.lh.store, { tenant: 'default', type: 'web.nocode', count: 3 });
     // Jobs failed through the store announce nothing: the page is opened afresh to list them.
-    await page.goto('/#/');
-    await page.goto('/#/dead-letters');
+    await openAfresh(page, '/#/dead-letters');
     const group = page.locator('tr[data-group="web.nocode / no code"]');
     await group.waitFor(WAIT);
     await group.getByRole('button', { name: /^Show jobs/ }).click();
@@ -273,8 +283,7 @@ describe('dashboard in Chromium', { skip: missing ?? false }, () => {
     // Failed again, the group comes back; discarded, its jobs are gone.
     const again = await failedThroughStore(server.lh.store, { tenant: 'default', type: 'web.nocode2', count: 2 });
     const group2 = page.locator('tr[data-group="web.nocode2 / no code"]');
-    await page.goto('/#/');
-    await page.goto('/#/dead-letters');
+    await openAfresh(page, '/#/dead-letters');
     await group2.waitFor(WAIT);
     page.once('dialog', (d) => d.accept());
     await group2.getByRole('button', { name: /^Discard group/ }).click();
