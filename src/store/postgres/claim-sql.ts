@@ -221,10 +221,10 @@ const fastClaim = (version: number) => `    IF v_fast THEN
       -- burst not yet analyzed), and one of 1 row made the planner read the tenant's backlog
       -- through jobs_tenant_backlog and sort it, even planned for the call. And without JIT: the
       -- cost the planner gives a plan it may not sort would pass jit_above_cost (0.5 s to compile).
-      v_sort := current_setting('enable_sort');
+${version >= 16 ? PLAN_GUARD_ON : `      v_sort := current_setting('enable_sort');
       v_jit := current_setting('jit');
       PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
-      RETURN QUERY EXECUTE $q$
+`}      RETURN QUERY EXECUTE $q$
       WITH picked AS (
         SELECT j.id FROM {s}.jobs j
         WHERE j.state = 'queued' AND j.type = $1 AND j.tenant = $4
@@ -239,8 +239,26 @@ ${claimSet(version)}        FROM picked
       )
 ${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id
       $q$ USING p_types[v_t], p_worker, p_now, v_group, v_room;
-      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
-    END IF;
+${version >= 16 ? PLAN_GUARD_OFF : `      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
+`}    END IF;
+`;
+
+/**
+ * Migration 16: the claims' statements (the fast path's, and the claim by id) are also planned
+ * without hash joins and sequential scans. Planned for the call at 10,000 queued jobs, the fast
+ * path's UPDATE joined its 500 picked ids to the jobs table by a hash over a sequential scan of
+ * the whole table (2-3 ms per claim, growing with the table), and the claimed rows to progress the
+ * same way; the claim by id could scan the table for its array of ids. Each is a primary-key probe.
+ */
+const PLAN_GUARD_ON = `      v_sort := current_setting('enable_sort');
+      v_jit := current_setting('jit');
+      v_hash := current_setting('enable_hashjoin');
+      v_seqscan := current_setting('enable_seqscan');
+      PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true),
+        set_config('enable_hashjoin', 'off', true), set_config('enable_seqscan', 'off', true);
+`;
+const PLAN_GUARD_OFF = `      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true),
+        set_config('enable_hashjoin', v_hash, true), set_config('enable_seqscan', v_seqscan, true);
 `;
 
 /**
@@ -294,7 +312,9 @@ ${v15 ? '' : `    v_done integer[];
     v_head_rooms integer[] := '{}';` : ''}${v12 ? `
     v_fast boolean := false;
     v_sort text;
-    v_jit text;` : ''}
+    v_jit text;` : ''}${version >= 16 ? `
+    v_hash text;
+    v_seqscan text;` : ''}
   BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
       RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
@@ -403,7 +423,7 @@ ${v12 ? headsPasses(12) : v10 ? headsPasses(10) : V6_HEADS}    IF v_ids IS NULL 
 ${v12 ? fastClaim(version) : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
       -- The claim by primary key, planned for each call (EXECUTE; see migration 3), and the
       -- starts of rate-limited types logged in the same statement.
-      RETURN QUERY EXECUTE $q$
+${version >= 16 ? PLAN_GUARD_ON : ''}      RETURN QUERY EXECUTE $q$
       WITH moved AS (
         UPDATE {s}.jobs j
 ${claimSet(version)}        WHERE j.id = ANY($1)${v10 ? '' : " AND j.state = 'queued'"}
@@ -413,7 +433,7 @@ ${claimSet(version)}        WHERE j.id = ANY($1)${v10 ? '' : " AND j.state = 'qu
       )
 ${claimedRows(version)}      ORDER BY array_position($1, m.id)
       $q$ USING v_ids, p_worker, p_now, v_rated;
-    END IF;
+${version >= 16 ? PLAN_GUARD_OFF : ''}    END IF;
     IF v_wake IS NOT NULL THEN
       wake_at := v_wake;
       RETURN NEXT;
