@@ -65,12 +65,14 @@ export class PgRetentionOps {
   }
 
   async countOpenJobs(params: { tenant?: string; type?: string }): Promise<number> {
-    const res = await this.pool.query({
-      text: `SELECT count(*)::integer FROM ${this.s}.jobs WHERE state NOT IN ${ENDED_SQL}
-        AND ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR type = $2)`,
-      values: [params.tenant ?? null, params.type ?? null],
-      rowMode: 'array',
-    });
+    const open = `state NOT IN ${ENDED_SQL} AND ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR type = $2)`;
+    // A tenant's running jobs apart (jobs_running): jobs_tenant leaves them out (migration 13).
+    const text =
+      params.tenant === undefined
+        ? `SELECT count(*)::integer FROM ${this.s}.jobs WHERE ${open}`
+        : `SELECT ((SELECT count(*) FROM ${this.s}.jobs WHERE ${open} AND state <> 'running')
+            + (SELECT count(*) FROM ${this.s}.jobs WHERE ${open} AND state = 'running'))::integer`;
+    const res = await this.pool.query({ text, values: [params.tenant ?? null, params.type ?? null], rowMode: 'array' });
     return Number((res.rows as unknown[][])[0]?.[0] ?? 0);
   }
 
