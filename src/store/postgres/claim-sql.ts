@@ -205,8 +205,10 @@ const claimedRows = (version: number) => `      SELECT NULL::${version >= 15 ? '
         m.cancel_requested_at, m.stalled, m.parent_id, m.created_at, m.started_at, m.finished_at,
         m.updated_at, m.run_at, m.expires_at, m.heartbeat_at, m.timeout_ms, m.heartbeat_timeout_ms,
         m.stall_timeout_ms, m.result_ttl_ms, m.checkpoint::text, m.idempotency_key,
-        m.workflow::text, m.wait_kind, m.wait_name, m.wait_fail_fast, m.children_total, p.data::text, NULL::bigint
-      FROM moved m LEFT JOIN {s}.progress p ON p.job_id = m.id
+        m.workflow::text, m.wait_kind, m.wait_name, m.wait_fail_fast, m.children_total, ${
+          version >= 16 ? '(SELECT p.data::text FROM {s}.progress p WHERE p.job_id = m.id)' : 'p.data::text'
+        }, NULL::bigint
+      FROM moved m${version >= 16 ? '' : ' LEFT JOIN {s}.progress p ON p.job_id = m.id'}
 `;
 
 /**
@@ -221,10 +223,10 @@ const fastClaim = (version: number) => `    IF v_fast THEN
       -- burst not yet analyzed), and one of 1 row made the planner read the tenant's backlog
       -- through jobs_tenant_backlog and sort it, even planned for the call. And without JIT: the
       -- cost the planner gives a plan it may not sort would pass jit_above_cost (0.5 s to compile).
-${version >= 16 ? PLAN_GUARD_ON : `      v_sort := current_setting('enable_sort');
+      v_sort := current_setting('enable_sort');
       v_jit := current_setting('jit');
       PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
-`}      RETURN QUERY EXECUTE $q$
+      RETURN QUERY EXECUTE $q$
       WITH picked AS (
         SELECT j.id FROM {s}.jobs j
         WHERE j.state = 'queued' AND j.type = $1 AND j.tenant = $4
@@ -233,33 +235,28 @@ ${version >= 16 ? PLAN_GUARD_ON : `      v_sort := current_setting('enable_sort'
         FOR UPDATE SKIP LOCKED
       ), moved AS (
         UPDATE {s}.jobs j
-${claimSet(version)}        FROM picked
-        WHERE j.id = picked.id
+${claimSet(version)}${version >= 16 ? `        WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))` : `        FROM picked
+        WHERE j.id = picked.id`}
         RETURNING j.*
       )
 ${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id
       $q$ USING p_types[v_t], p_worker, p_now, v_group, v_room;
-${version >= 16 ? PLAN_GUARD_OFF : `      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
-`}    END IF;
+      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
+    END IF;
 `;
 
 /**
- * Migration 16: the claims' statements (the fast path's, and the claim by id) are also planned
- * without hash joins and sequential scans. Planned for the call at 10,000 queued jobs, the fast
- * path's UPDATE joined its 500 picked ids to the jobs table by a hash over a sequential scan of
- * the whole table (2-3 ms per claim, growing with the table), and the claimed rows to progress the
- * same way; the claim by id could scan the table for its array of ids. Each is a primary-key probe.
+ * Migration 16: the claims find their rows by primary-key probes whatever the planner estimates.
+ * Planned for the call at 10,000 queued jobs, the fast path's UPDATE joined its 500 picked ids to
+ * the jobs table by a hash over the whole table (2-3 ms per claim, growing with the table), and the
+ * claimed rows to progress the same way; the claim by id, given its array, could scan the table
+ * too. Now the ids are an array the planner cannot size (`= ANY(ARRAY(SELECT ...))`: probes), and
+ * each claimed row's progress is a subquery (a probe). Not by turning hash joins or sequential
+ * scans off around the statement: such settings also hold for the triggers it fires, whose plans
+ * are then cached for the session (the stats trigger joins a statement's old and new rows by a
+ * hash; planned without, a completion of 500 jobs cost it 15 ms).
  */
-const PLAN_GUARD_ON = `      v_sort := current_setting('enable_sort');
-      v_jit := current_setting('jit');
-      v_hash := current_setting('enable_hashjoin');
-      v_seqscan := current_setting('enable_seqscan');
-      PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true),
-        set_config('enable_hashjoin', 'off', true), set_config('enable_seqscan', 'off', true);
-`;
-const PLAN_GUARD_OFF = `      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true),
-        set_config('enable_hashjoin', v_hash, true), set_config('enable_seqscan', v_seqscan, true);
-`;
+const byIds = (ids: string) => `ANY(ARRAY(SELECT unnest(${ids})))`;
 
 /**
  * The claim function's text as migration 6 created it, or as migration 10 replaced it (the same
@@ -312,9 +309,7 @@ ${v15 ? '' : `    v_done integer[];
     v_head_rooms integer[] := '{}';` : ''}${v12 ? `
     v_fast boolean := false;
     v_sort text;
-    v_jit text;` : ''}${version >= 16 ? `
-    v_hash text;
-    v_seqscan text;` : ''}
+    v_jit text;` : ''}
   BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
       RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
@@ -423,17 +418,17 @@ ${v12 ? headsPasses(12) : v10 ? headsPasses(10) : V6_HEADS}    IF v_ids IS NULL 
 ${v12 ? fastClaim(version) : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
       -- The claim by primary key, planned for each call (EXECUTE; see migration 3), and the
       -- starts of rate-limited types logged in the same statement.
-${version >= 16 ? PLAN_GUARD_ON : ''}      RETURN QUERY EXECUTE $q$
+      RETURN QUERY EXECUTE $q$
       WITH moved AS (
         UPDATE {s}.jobs j
-${claimSet(version)}        WHERE j.id = ANY($1)${v10 ? '' : " AND j.state = 'queued'"}
+${claimSet(version)}        WHERE j.id = ${version >= 16 ? byIds('$1') : 'ANY($1)'}${v10 ? '' : " AND j.state = 'queued'"}
         RETURNING j.*
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
       )
 ${claimedRows(version)}      ORDER BY array_position($1, m.id)
       $q$ USING v_ids, p_worker, p_now, v_rated;
-${version >= 16 ? PLAN_GUARD_OFF : ''}    END IF;
+    END IF;
     IF v_wake IS NOT NULL THEN
       wake_at := v_wake;
       RETURN NEXT;
