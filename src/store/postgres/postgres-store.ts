@@ -60,7 +60,8 @@ import { SessionLock } from './session-lock.js';
 import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
 import { WakeListener } from './wake-listener.js';
 import { claimTypes, capArrays } from './claim-args.js';
-import { decodeJobCursor, encodeJobCursor } from '../job-cursor.js';
+import { encodeJobCursor } from '../job-cursor.js';
+import { listJobsSql } from './list-sql.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database` (or `postgresql://`). */
@@ -166,7 +167,6 @@ export class PostgresStore implements Store {
     const from = `FROM ${s}.jobs j LEFT JOIN ${s}.progress p ON p.job_id = j.id`;
     const sweep = (where: string) => `SELECT ${JOB_SELECT} ${from} WHERE ${where} LIMIT $2`;
     return {
-      from,
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       // (A claim's entry waits in the row until the job's next change: migration 16.)
       transitions: `SELECT j.tenant, '[' || j.log || ${pendingClaim('j')} || ']' FROM ${s}.jobs j WHERE j.id = $1`,
@@ -290,45 +290,8 @@ export class PostgresStore implements Store {
   }
 
   async listJobs(params: ListJobsParams): Promise<JobPage> {
-    const where: string[] = [];
-    const values: unknown[] = [];
-    let shape = 0;
-    const add = (bit: number, sql: (n: number) => string, value: unknown) => {
-      shape |= bit;
-      values.push(value);
-      where.push(sql(values.length));
-    };
-    if (params.tenant !== undefined) add(1, (n) => `j.tenant = $${n}`, params.tenant);
-    if (params.parentId !== undefined) add(16, (n) => `j.parent_id = $${n}`, params.parentId);
-    if (params.cursor) add(2, (n) => `j.id < $${n}::uuid`, decodeJobCursor(params.cursor));
-    if (params.states && params.states.length > 0) add(4, (n) => `j.state = ANY($${n}::text[])`, params.states);
-    if (params.type !== undefined) add(8, (n) => `j.type = $${n}`, params.type);
-    // strpos, not LIKE: the text is matched as it is. lower() of ASCII letters only, as SQLite's.
-    if (params.text) add(32, (n) => `(strpos(j.id::text, lower($${n}::text)) > 0 OR strpos(lower(j.metadata::text COLLATE "C"), lower($${n}::text COLLATE "C")) > 0)`, params.text);
-    const limit = Math.max(1, Math.min(Math.floor(params.limit), 1000));
-    values.push(limit + 1);
-    const n = values.length;
-    let sql: string;
-    if (params.tenant === undefined) {
-      sql = `SELECT ${JOB_SELECT} ${this.sql.from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT $${n}`;
-    } else {
-      // A tenant's jobs by id (jobs_tenant) leave out its running ones (a claim writes no entry
-      // there, migration 13): those are read apart (jobs_running holds only running jobs, few),
-      // and the two are merged. A branch the state filter rules out is left out.
-      const states = params.states && params.states.length > 0 ? params.states : null;
-      const idle = states === null || states.some((st) => st !== 'running');
-      const running = states === null || states.includes('running');
-      shape |= (idle ? 64 : 0) | (running ? 128 : 0);
-      const cond = where.join(' AND ');
-      const branches = [
-        ...(idle ? [`(SELECT j.id FROM ${this.s}.jobs j WHERE ${cond} AND j.state <> 'running' ORDER BY j.id DESC LIMIT $${n})`] : []),
-        // (OFFSET 0: planned on its own, by its filter, not by the order a LIMIT would want from the primary key.)
-        ...(running ? [`(SELECT r.id FROM (SELECT j.id FROM ${this.s}.jobs j WHERE ${cond} AND j.state = 'running' OFFSET 0) r ORDER BY r.id DESC LIMIT $${n})`] : []),
-      ];
-      sql = `SELECT ${JOB_SELECT} FROM (SELECT u.id FROM (${branches.join(' UNION ALL ')}) u ORDER BY u.id DESC LIMIT $${n}) page
-        JOIN ${this.s}.jobs j ON j.id = page.id LEFT JOIN ${this.s}.progress p ON p.job_id = j.id ORDER BY j.id DESC`;
-    }
-    const rows = await this.rows(`list_${shape}`, sql, values);
+    const { name, text, values, limit } = listJobsSql(this.s, params);
+    const rows = await this.rows(name, text, values);
     const items = rows.slice(0, limit).map((r) => rowToJob(r));
     const last = items[items.length - 1];
     return { items, nextCursor: rows.length > limit && last ? encodeJobCursor(last.id) : null };
