@@ -17,7 +17,7 @@
  * value is read as `row[0]`: node:sqlite has no `pluck`, and an array per row costs less than
  * an object with a named property.
  */
-import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
+import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import type { JobRecord, TransitionEntry } from '../../core/job.js';
 import type { JobState } from '../../core/states.js';
 import type {
@@ -58,7 +58,8 @@ import { SqliteStatsOps } from './stats-ops.js';
 import { SqliteLeaseOps } from './lease-ops.js';
 import { SqliteResultFileOps } from './result-file-ops.js';
 import { SqliteWebhookOps } from './webhook-ops.js';
-import { decodeJobCursor, encodeJobCursor } from '../job-cursor.js';
+import { encodeJobCursor } from '../job-cursor.js';
+import { listJobsSql } from './list-sql.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -277,36 +278,8 @@ export class SqliteStore implements Store {
   }
 
   async listJobs(params: ListJobsParams): Promise<JobPage> {
-    const where: string[] = [];
-    const args: SQLInputValue[] = [];
-    if (params.tenant !== undefined) {
-      where.push('j.tenant = ?');
-      args.push(params.tenant);
-    }
-    if (params.parentId !== undefined) {
-      where.push('j.parent_id = ?');
-      args.push(params.parentId);
-    }
-    if (params.cursor) {
-      where.push('j.id < ?');
-      args.push(decodeJobCursor(params.cursor));
-    }
-    if (params.states && params.states.length > 0) {
-      where.push('j.state IN (SELECT value FROM json_each(?))');
-      args.push(JSON.stringify(params.states));
-    }
-    if (params.type !== undefined) {
-      where.push('j.type = ?');
-      args.push(params.type);
-    }
-    if (params.text) {
-      // instr, not LIKE: the text is matched as it is, `%` and `_` included.
-      where.push('(instr(lower(j.id), lower(?)) > 0 OR instr(lower(j.metadata), lower(?)) > 0)');
-      args.push(params.text, params.text);
-    }
-    const limit = Math.max(1, Math.min(params.limit, 1000));
-    const sql = `SELECT ${JOB_ROW} FROM jobs j ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY j.id DESC LIMIT ?`;
-    const rows = this.arrayStmt(sql).all(...args, limit + 1);
+    const { text, args, limit } = listJobsSql(params);
+    const rows = this.arrayStmt(text).all(...args);
     const items = jobsFromRows(rows.slice(0, limit));
     const last = items[items.length - 1];
     return { items, nextCursor: rows.length > limit && last ? encodeJobCursor(last.id) : null };
