@@ -264,7 +264,9 @@ const byIds = (ids: string) => `ANY(ARRAY(SELECT unnest(${ids})))`;
  * types the worker registered (a worker always registers the webhook delivery task too, so version 6
  * never took it), and the claim by id no longer re-checks the state (the rows are locked by this
  * transaction's FOR UPDATE: they are queued), which let the planner scan every queued job instead of
- * probing the primary key.
+ * probing the primary key. Version 15 is the same rules as `claim_cycle` (one row of applied
+ * ordinals; complete_and_claim stays for processes of the previous version); version 16 replaces
+ * it: no log entry at the claim (log-sql.ts pendingClaim) and primary-key probes (byIds).
  */
 export function claimFunction(version: 6 | 10 | 12 | 15 | 16): string {
   const v10 = version >= 10;
