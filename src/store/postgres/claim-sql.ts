@@ -235,7 +235,7 @@ const fastClaim = (version: number) => `    IF v_fast THEN
         FOR UPDATE SKIP LOCKED
       ), moved AS (
         UPDATE {s}.jobs j
-${claimSet(version)}${version >= 16 ? `        WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))` : `        FROM picked
+${claimSet(version)}${version >= 16 ? `        WHERE j.id = ${probes('SELECT picked.id FROM picked')}` : `        FROM picked
         WHERE j.id = picked.id`}
         RETURNING j.*
       )
@@ -256,7 +256,7 @@ ${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id
  * are then cached for the session (the stats trigger joins a statement's old and new rows by a
  * hash; planned without, a completion of 500 jobs cost it 15 ms).
  */
-const byIds = (ids: string) => `ANY(ARRAY(SELECT unnest(${ids})))`;
+const probes = (ids: string) => `ANY(ARRAY(${ids}))`;
 
 /**
  * The claim function's text as migration 6 created it, or as migration 10 replaced it (the same
@@ -266,7 +266,7 @@ const byIds = (ids: string) => `ANY(ARRAY(SELECT unnest(${ids})))`;
  * transaction's FOR UPDATE: they are queued), which let the planner scan every queued job instead of
  * probing the primary key. Version 15 is the same rules as `claim_cycle` (one row of applied
  * ordinals; complete_and_claim stays for processes of the previous version); version 16 replaces
- * it: no log entry at the claim (log-sql.ts pendingClaim) and primary-key probes (byIds).
+ * it: no log entry at the claim (log-sql.ts pendingClaim) and primary-key probes (probes).
  */
 export function claimFunction(version: 6 | 10 | 12 | 15 | 16): string {
   const v10 = version >= 10;
@@ -423,7 +423,7 @@ ${v12 ? fastClaim(version) : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
       RETURN QUERY EXECUTE $q$
       WITH moved AS (
         UPDATE {s}.jobs j
-${claimSet(version)}        WHERE j.id = ${version >= 16 ? byIds('$1') : 'ANY($1)'}${v10 ? '' : " AND j.state = 'queued'"}
+${claimSet(version)}        WHERE j.id = ${version >= 16 ? probes('SELECT unnest($1)') : 'ANY($1)'}${v10 ? '' : " AND j.state = 'queued'"}
         RETURNING j.*
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)

@@ -13,10 +13,7 @@
 import { CLAIM_MIGRATION, claimFunction } from './claim-sql.js';
 import { WORKFLOW_MIGRATION } from './workflow-sql.js';
 import { logAppend, logAppendFixed } from './log-sql.js';
-import { applyTransitionsFunction } from './transition-sql.js';
-
-export { logAppend, logAppendFixed } from './log-sql.js';
-
+import { applyTransitionsFunction, ITEM_LOG_APPEND } from './transition-sql.js';
 import { STATS_BATCH_MIGRATION, STATS_MIGRATION, SWEEP_HEALTH_MIGRATION } from './stats-schema.js';
 
 /** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
@@ -147,14 +144,7 @@ export const MIGRATIONS: readonly string[] = [
       ), moved AS (
         UPDATE {s}.jobs j
         SET state = i.t,
-            log = ${logAppend(
-              'i.f',
-              'i.t',
-              'i.at',
-              'i.why',
-              'CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END',
-              'i.w',
-            )},
+            log = ${ITEM_LOG_APPEND},
             updated_at = greatest(i.at, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
             run_at = CASE WHEN i.m & 1 <> 0 THEN i.run_at ELSE j.run_at END,
             result = CASE WHEN i.m & 2 <> 0 THEN i.result ELSE j.result END,

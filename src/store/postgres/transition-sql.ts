@@ -10,18 +10,20 @@
  */
 import { logAppend, withPendingClaim } from './log-sql.js';
 
+/** The log entry of item `i` applied to row `j` (the attempt after a reset or a refund). */
+export const ITEM_LOG_APPEND = logAppend(
+  'i.f',
+  'i.t',
+  'i.at',
+  'i.why',
+  'CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END',
+  'i.w',
+);
+
 export function applyTransitionsFunction(version: 8 | 10 | 14 | 16): string {
   const v10 = version >= 10;
   const v14 = version >= 14;
   const v16 = version >= 16;
-  const append = logAppend(
-    'i.f',
-    'i.t',
-    'i.at',
-    'i.why',
-    'CASE WHEN i.m & 32 <> 0 THEN 0 WHEN i.m & 64 <> 0 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END',
-    'i.w',
-  );
   return `  CREATE OR REPLACE FUNCTION {s}.apply_transitions(p_items json, p_rounds integer) RETURNS integer[]
   LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   DECLARE
@@ -99,7 +101,7 @@ export function applyTransitionsFunction(version: 8 | 10 | 14 | 16): string {
       ), moved AS (
         UPDATE {s}.jobs j
         SET state = i.t,
-            log = ${v16 ? withPendingClaim(append) : append},${v16 ? `
+            log = ${v16 ? withPendingClaim(ITEM_LOG_APPEND) : ITEM_LOG_APPEND},${v16 ? `
             claim_logged = true,` : ''}
             updated_at = greatest(i.at, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1),
             run_at = CASE WHEN i.m & 1 <> 0 THEN i.run_at ELSE j.run_at END,
