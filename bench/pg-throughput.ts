@@ -3,7 +3,7 @@
  * (targets: throughput ≥ Graphile Worker's in the same run, latency p50 ≤ 3 ms, p99 ≤ 10 ms).
  *
  *   node --import tsx bench/pg-throughput.ts [--jobs 10000] [--concurrency 10,50] [--runs 3]
- *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--lib dist] [--cpu]
+ *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--lib dist] [--cpu] [--timeline]
  *        [--pg postgres://postgres@127.0.0.1:5432/postgres]
  *
  * For each run and each concurrency, on a fresh database (CREATE DATABASE, dropped after):
@@ -17,6 +17,10 @@
  * then (b) is timed, like Graphile Worker's (bench/peers/graphile.ts), until every job finished
  * and was deleted (the jobs table empty); stderr also gives the time until the last one finished.
  *
+ * `--timeline` also prints (stderr) when the 1st, 500th, 1,000th, 2,000th, 4,000th... job of (b)
+ * had succeeded, in ms from the worker's start (read at the 2 ms checks of the wait): how long the
+ * start costs (new connections, first plans, code not yet optimised) against the steady pace.
+ *
  * Prints a table, then one JSON line (the last line of stdout) for bench/run-pg-all.ts.
  */
 import { existsSync } from 'node:fs';
@@ -25,7 +29,7 @@ import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { costLine, packageVersion, serverCost, serverNote, withDatabase } from './lib/pg-database.js';
 import { idleWorkerLatency } from './lib/latency.js';
-import { boolFlag, gitState, listFlag, loadNote, numFlag, profiled, reportResult, strFlag, summarise, until } from './lib/util.js';
+import { boolFlag, gitState, listFlag, loadNote, Milestones, numFlag, profiled, reportResult, strFlag, summarise, until } from './lib/util.js';
 
 const JOBS = numFlag('jobs', 10_000);
 const CONCURRENCY = listFlag('concurrency', [10, 50]);
@@ -41,6 +45,8 @@ const CHANNEL = !boolFlag('no-channel');
 const LIB = strFlag('lib');
 /** Also print the CPU time per job of this process and of the database's server processes (same machine only). */
 const CPU = boolFlag('cpu');
+/** Print when the 1st, 500th, 1,000th, 2,000th... job had succeeded (see the header). */
+const TIMELINE = boolFlag('timeline');
 /** `--profile PREFIX`: a CPU profile of each processing phase, PREFIX-c<c>.cpuprofile (use with --runs 1 and --lib). */
 const PROFILE = strFlag('profile');
 
@@ -81,7 +87,12 @@ async function throughputRun(url: string, concurrency: number): Promise<{ enqueu
     const t1 = performance.now();
     await profiled(PROFILE && `${PROFILE}-c${concurrency}.cpuprofile`, 100, async () => {
       const worker = await lh.startWorker({ concurrency, sweeper: SWEEPER });
-      await until(() => worker.stats.succeeded >= JOBS, 2);
+      const marks = TIMELINE ? new Milestones(JOBS) : null;
+      await until(() => {
+        marks?.see(worker.stats.succeeded, performance.now() - t1);
+        return worker.stats.succeeded >= JOBS;
+      }, 2);
+      if (marks) console.error(`c=${concurrency}: jobs succeeded by ms from the worker's start: ${marks.line()}`);
     });
     let processMs = performance.now() - t1;
     if (cost0) console.error(costLine(`c=${concurrency}`, cost0, await serverCost(pool), JOBS, processMs));

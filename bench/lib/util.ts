@@ -149,6 +149,29 @@ export function printResult(r: BenchResult): void {
   for (const n of r.notes) console.log(`  note: ${n}`);
 }
 
+/**
+ * When a growing count first reached 1, 500, 1,000, 2,000, 4,000... and `total` (each seen at the
+ * caller's checks, so as late as one check interval).
+ */
+export class Milestones {
+  private readonly marks: number[];
+  private readonly at: number[] = [];
+
+  constructor(total: number) {
+    const marks = [1, 500];
+    for (let m = 1000; m < total; m *= 2) marks.push(m);
+    this.marks = [...new Set([...marks.filter((m) => m < total), total])];
+  }
+
+  see(count: number, ms: number): void {
+    while (this.at.length < this.marks.length && count >= (this.marks[this.at.length] as number)) this.at.push(ms);
+  }
+
+  line(): string {
+    return this.at.map((ms, i) => `${(this.marks[i] as number).toLocaleString('en-US')}: ${Math.round(ms)}`).join(', ');
+  }
+}
+
 /** Resolves when `done()` holds, checking every `everyMs` (cheap counters only). */
 export async function until(done: () => boolean, everyMs = 1): Promise<void> {
   while (!done()) await new Promise((r) => setTimeout(r, everyMs));
