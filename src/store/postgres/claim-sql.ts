@@ -185,8 +185,9 @@ ${guardOff}`;
 
 
 /**
- * The claim's SET: the job runs under a new lease ($2 the worker, $3 now). From version 16 its log
- * entry waits in the row (`claim_logged` false, log-sql.ts pendingClaim).
+ * The claim's SET: the job runs under a new lease (`worker` and `now`: $2 and $3 in a statement run
+ * by EXECUTE, the function's arguments in a static one). From version 16 its log entry waits in the
+ * row (`claim_logged` false, log-sql.ts pendingClaim).
  */
 const claimSet = (version: number, worker = '$2', now = '$3') => `        SET state = 'running',
             lease = j.lease + 1,
