@@ -277,6 +277,36 @@ ${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id${
 const probes = (ids: string) => `ANY(ARRAY(${ids}))`;
 
 /**
+ * How every claim function starts (migrations 1, 3, 6 and later): READ COMMITTED checked, the
+ * completions applied (their ordinals returned a row each, or from version 15 in one row), then
+ * nothing more when there is nothing to claim, and due jobs promoted first.
+ */
+export function claimPrologue(oneRow: boolean): string {
+  return `    IF current_setting('transaction_isolation') <> 'read committed' THEN
+      RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
+    END IF;
+    IF p_rounds > 0 THEN${
+      oneRow
+        ? `
+      -- Every applied ordinal in one row (a row each cost more to return and to read than the ordinal).
+      applied := {s}.apply_transitions(p_items, p_rounds);
+      RETURN NEXT;`
+        : `
+      v_done := {s}.apply_transitions(p_items, p_rounds);
+      FOREACH applied IN ARRAY v_done LOOP
+        RETURN NEXT;
+      END LOOP;`
+    }
+      applied := NULL;
+    END IF;
+    IF p_limit <= 0 OR v_types = 0 THEN
+      RETURN;
+    END IF;
+    PERFORM {s}.promote_due(p_now, 1000);
+`;
+}
+
+/**
  * The claim function's text as migration 6 created it, or as migration 10 replaced it (the same
  * rules, cheaper): the single-queue fast path is taken when one type has queued jobs, however many
  * types the worker registered (a worker always registers the webhook delivery task too, so version 6
@@ -332,24 +362,7 @@ ${v15 ? '' : `    v_done integer[];
     v_sort text;
     v_jit text;` : ''}
   BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-      RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
-    END IF;
-    IF p_rounds > 0 THEN${v15 ? `
-      -- Every applied ordinal in one row (a row each cost more to return and to read than the ordinal).
-      applied := {s}.apply_transitions(p_items, p_rounds);
-      RETURN NEXT;` : `
-      v_done := {s}.apply_transitions(p_items, p_rounds);
-      FOREACH applied IN ARRAY v_done LOOP
-        RETURN NEXT;
-      END LOOP;`}
-      applied := NULL;
-    END IF;
-    IF p_limit <= 0 OR v_types = 0 THEN
-      RETURN;
-    END IF;
-    PERFORM {s}.promote_due(p_now, 1000);
-    <<types>>
+${claimPrologue(v15)}    <<types>>
     FOR v_i IN 1 .. v_types LOOP
       v_room := p_limit;
       IF p_limits[v_i] IS NOT NULL OR p_key_limits[v_i] IS NOT NULL OR p_rate_max[v_i] IS NOT NULL THEN

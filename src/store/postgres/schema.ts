@@ -10,7 +10,7 @@
  * Released migrations never change; a change of schema or of a function is a new migration.
  * In the SQL below `{s}` is the quoted schema, `{ch}` the wake-up channel (see channelName).
  */
-import { CLAIM_MIGRATION, claimFunction } from './claim-sql.js';
+import { CLAIM_MIGRATION, claimFunction, claimPrologue } from './claim-sql.js';
 import { WORKFLOW_MIGRATION } from './workflow-sql.js';
 import { logAppend, logAppendFixed } from './log-sql.js';
 import { applyTransitionsFunction, ITEM_LOG_APPEND } from './transition-sql.js';
@@ -205,21 +205,7 @@ export const MIGRATIONS: readonly string[] = [
   BEGIN
     -- Under a stricter default isolation every statement here would share one snapshot: the
     -- running counts could miss claims committed while we waited for a type's lock.
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-      RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
-    END IF;
-    IF p_rounds > 0 THEN
-      v_done := {s}.apply_transitions(p_items, p_rounds);
-      FOREACH applied IN ARRAY v_done LOOP
-        RETURN NEXT;
-      END LOOP;
-      applied := NULL;
-    END IF;
-    IF p_limit <= 0 OR v_types = 0 THEN
-      RETURN;
-    END IF;
-    PERFORM {s}.promote_due(p_now, 1000);
-    FOR v_i IN 1 .. v_types LOOP
+${claimPrologue(false)}    FOR v_i IN 1 .. v_types LOOP
       IF p_limits[v_i] IS NULL THEN
         v_rooms := v_rooms || p_limit;
       ELSE

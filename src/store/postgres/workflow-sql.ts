@@ -4,6 +4,7 @@
  * (its return type changes, so it is dropped and created again; its body is otherwise
  * migration 1's). Released: it never changes (schema.ts).
  */
+import { claimPrologue } from './claim-sql.js';
 import { logAppend, logAppendFixed } from './log-sql.js';
 
 export const WORKFLOW_MIGRATION = `
@@ -87,21 +88,7 @@ export const WORKFLOW_MIGRATION = `
     v_types integer := coalesce(array_length(p_types, 1), 0);
     v_ids uuid[];
   BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-      RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
-    END IF;
-    IF p_rounds > 0 THEN
-      v_done := {s}.apply_transitions(p_items, p_rounds);
-      FOREACH applied IN ARRAY v_done LOOP
-        RETURN NEXT;
-      END LOOP;
-      applied := NULL;
-    END IF;
-    IF p_limit <= 0 OR v_types = 0 THEN
-      RETURN;
-    END IF;
-    PERFORM {s}.promote_due(p_now, 1000);
-    FOR v_i IN 1 .. v_types LOOP
+${claimPrologue(false)}    FOR v_i IN 1 .. v_types LOOP
       IF p_limits[v_i] IS NULL THEN
         v_rooms := v_rooms || p_limit;
       ELSE
