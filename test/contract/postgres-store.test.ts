@@ -292,6 +292,34 @@ after(async () => {
   await killAllChildren();
 });
 
+describe("postgres: worker_cycle takes retention 0's successes as arrays (migration 18)", () => {
+  it("claim_cycle, the previous version's worker call, still completes and claims after the upgrade", async () => {
+    const store = await openStore();
+    try {
+      await store.insertJobs({ jobs: [newJob({ type: 'old' }), newJob({ type: 'old' })] });
+      const [a] = await store.claimJobs({ workerId: 'w-old', types: [{ type: 'old' }], limit: 1, now: T0 + 1 });
+      assert.ok(a);
+      // The call a process of the previous version makes: its success as JSON (deleted: retention 0), and a claim.
+      const item = { o: 1, r: 1, id: a.id, f: 'running', t: 'succeeded', why: 'completed', w: 'w-old', at: T0 + 2, l: a.lease, d: true, m: 154, result: null, finished_at: T0 + 2, expires_at: T0 + 60_002 };
+      const rows = await admin(async (c) =>
+        (
+          await c.query({
+            text: `SELECT applied, id::text FROM "${store.schema}".claim_cycle($1::json, 1, 'w-old', ARRAY['old'], ARRAY[NULL]::integer[], 5, $2, ARRAY[NULL]::integer[], ARRAY[NULL]::integer[], ARRAY[NULL]::bigint[], NULL, '{}', '{}', NULL)`,
+            values: [JSON.stringify([item]), T0 + 2],
+            rowMode: 'array',
+          })
+        ).rows,
+      );
+      assert.deepEqual(rows[0], [[-1], null], 'the success applied, and deleted its job');
+      assert.equal(rows.length, 2, 'then the other job, claimed');
+      assert.equal(await store.getJob({ id: a.id }), null);
+      assert.equal((await store.getJob({ id: String(rows[1]?.[1]) }))?.workerId, 'w-old');
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe('PostgresStore specifics', () => {
   it('migrate run by 4 processes at once applies each version once, without errors', async () => {
     const schema = 'concurrent_migrate';

@@ -281,12 +281,24 @@ const probes = (ids: string) => `ANY(ARRAY(${ids}))`;
  * completions applied (their ordinals returned a row each, or from version 15 in one row), then
  * nothing more when there is nothing to claim, and due jobs promoted first.
  */
-export function claimPrologue(oneRow: boolean): string {
+export function claimPrologue(oneRow: boolean, ended = false): string {
   return `    IF current_setting('transaction_isolation') <> 'read committed' THEN
       RAISE EXCEPTION 'Longhaul claims need READ COMMITTED isolation, not %', current_setting('transaction_isolation');
     END IF;
-    IF p_rounds > 0 THEN${
-      oneRow
+    IF ${ended ? 'p_rounds > 0 OR cardinality(p_ended_ids) > 0' : 'p_rounds > 0'} THEN${
+      ended
+        ? `
+      -- Jobs ended as succeeded, to be deleted (retention 0), come as arrays (end_succeeded, no
+      -- JSON to parse), the other completions as JSON; every applied ordinal in one row.
+      applied := '{}';
+      IF cardinality(p_ended_ids) > 0 THEN
+        applied := {s}.end_succeeded(p_ended_ids, p_ended_leases, p_ended_ords, p_ended_ats, p_ended_expires, p_ended_results, p_worker);
+      END IF;
+      IF p_rounds > 0 THEN
+        applied := applied || {s}.apply_transitions(p_items, p_rounds);
+      END IF;
+      RETURN NEXT;`
+        : oneRow
         ? `
       -- Every applied ordinal in one row (a row each cost more to return and to read than the ordinal).
       applied := {s}.apply_transitions(p_items, p_rounds);
@@ -315,14 +327,20 @@ export function claimPrologue(oneRow: boolean): string {
  * probing the primary key. Version 15 is the same rules as `claim_cycle` (one row of applied
  * ordinals; complete_and_claim stays for processes of the previous version); version 16 replaces
  * it: no log entry at the claim (log-sql.ts pendingClaim) and primary-key probes (probes); version
- * 17 replaces it again: the fast path's claim is planned once per session (fastClaim).
+ * 17 replaces it again: the fast path's claim is planned once per session (fastClaim). Version
+ * 18 is the same claim under a new name, `worker_cycle`, whose first arguments are the jobs the
+ * worker ended as succeeded and asks to delete (retention 0), as arrays (end_succeeded in
+ * transition-sql.ts); claim_cycle stays for the processes of the previous version.
  */
-export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17): string {
+export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18): string {
   const v10 = version >= 10;
   const v12 = version >= 12;
   const v15 = version >= 15;
+  const v18 = version >= 18;
+  const name = v18 ? 'worker_cycle' : v15 ? 'claim_cycle' : 'complete_and_claim';
+  const ended = v18 ? 'p_ended_ids uuid[], p_ended_leases integer[], p_ended_ords integer[], p_ended_ats bigint[], p_ended_expires bigint[], p_ended_results text[], ' : '';
   return `
-  CREATE ${v10 && version !== 15 ? 'OR REPLACE ' : ''}FUNCTION {s}.${v15 ? 'claim_cycle' : 'complete_and_claim'}(p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
+  CREATE ${v10 && version !== 15 && !v18 ? 'OR REPLACE ' : ''}FUNCTION {s}.${name}(${ended}p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
     p_now bigint, p_key_limits integer[], p_rate_max integer[], p_rate_per bigint[], p_aging bigint,
     p_cap_tenants text[], p_caps integer[], p_cap_others integer)
   ${returns(version)}
@@ -362,7 +380,7 @@ ${v15 ? '' : `    v_done integer[];
     v_sort text;
     v_jit text;` : ''}
   BEGIN
-${claimPrologue(v15)}    <<types>>
+${claimPrologue(v15, v18)}    <<types>>
     FOR v_i IN 1 .. v_types LOOP
       v_room := p_limit;
       IF p_limits[v_i] IS NOT NULL OR p_key_limits[v_i] IS NOT NULL OR p_rate_max[v_i] IS NOT NULL THEN

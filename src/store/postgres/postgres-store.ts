@@ -3,7 +3,7 @@
  * and worker processes on any number of machines.
  *
  * - Round trips: a worker's cycle (its completions, then a claim) is one call of the SQL
- *   function `claim_cycle`, one round trip and one transaction whatever the batch size;
+ *   function `worker_cycle` (migration 18; `claim_cycle` before), one round trip and one transaction whatever the batch size;
  *   `transition` is one call of `apply_transitions`; every other operation is one statement.
  *   Fixed statements are prepared once per connection (named statements).
  * - Claims take rows with FOR UPDATE SKIP LOCKED in queue order (priority, runAt, id).
@@ -44,7 +44,7 @@ import type {
   StoreCapabilities,
 } from '../store.js';
 import { JOB_SELECT, parseLog, rowToJob } from './rows.js';
-import { checkTransition, encodeTransitions } from './transitions.js';
+import { checkTransition, endedArrays, encodeTransitions } from './transitions.js';
 import { PgSubmitOps } from './submit-ops.js';
 import { PgScheduleOps } from './schedule-ops.js';
 import { PgWorkflowOps } from './workflow-ops.js';
@@ -170,7 +170,9 @@ export class PostgresStore implements Store {
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
       // (A claim's entry waits in the row until the job's next change: migration 16.)
       transitions: `SELECT j.tenant, '[' || j.log || ${pendingClaim('j')} || ']' FROM ${s}.jobs j WHERE j.id = $1`,
-      cycle: `SELECT * FROM ${s}.claim_cycle($1::json, $2, $3, $4::text[], $5::integer[], $6, $7, $8::integer[], $9::integer[], $10::bigint[], $11, $12::text[], $13::integer[], $14)`,
+      // (Migration 18; claim_cycle, the same without the first six arguments, stays for processes of the previous version.)
+      cycle: `SELECT * FROM ${s}.worker_cycle($1::uuid[], $2::integer[], $3::integer[], $4::bigint[], $5::bigint[], $6::text[],
+        $7::json, $8, $9, $10::text[], $11::integer[], $12, $13, $14::integer[], $15::integer[], $16::bigint[], $17, $18::text[], $19::integer[], $20)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
       promote: `SELECT ${s}.promote_due($1, $2)`,
       sweep: {
@@ -326,13 +328,21 @@ export class PostgresStore implements Store {
   private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<ClaimCycle> {
     const applied = complete.map(() => false);
     const deleted = complete.map(() => false);
-    const { json, rounds } = encodeTransitions(complete);
+    // Retention 0's successes as arrays, the other completions as JSON (migration 18).
+    const ended = endedArrays(complete, claim.workerId);
+    const { json, rounds } = encodeTransitions(complete, ended.skip);
     const limit = claim.types.length > 0 ? Math.max(0, Math.floor(claim.limit)) : 0;
-    if (rounds === 0 && limit === 0) return { applied, jobs: [], deleted };
+    if (rounds === 0 && ended.count === 0 && limit === 0) return { applied, jobs: [], deleted };
     const { names, limits, keyLimits, rateMax, ratePer } = claimTypes(claim.types);
     const [capTenants, caps, capOthers] = capArrays(claim.tenantCaps);
     const aging = claim.agingMs === undefined ? DEFAULT_PRIORITY_AGING_MS : claim.agingMs;
     const rows = await this.rows('cycle', this.sql.cycle, [
+      ended.ids,
+      ended.leases,
+      ended.ords,
+      ended.ats,
+      ended.expires,
+      ended.results,
       json,
       rounds,
       claim.workerId,
@@ -351,7 +361,7 @@ export class PostgresStore implements Store {
     const jobs: JobRecord[] = [];
     let wakeAt: number | undefined;
     for (const r of rows) {
-      // One row with every applied ordinal (claim_cycle, migration 15), then the claimed jobs.
+      // One row with every applied ordinal (claim_cycle, migration 15; worker_cycle), then the claimed jobs.
       if (r[0] !== null) for (const o of r[0] as number[]) markApplied(o, applied, deleted);
       else if (r[1] === null) wakeAt = Number(r[r.length - 1]);
       else jobs.push(rowToJob(r, 1));

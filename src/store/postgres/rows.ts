@@ -1,6 +1,6 @@
 /**
  * How job rows are read: one select list (the same columns, in the same order, as the rows
- * `claim_cycle` returns after its `applied` column), read in array mode, and turned into
+ * `worker_cycle` returns after its `applied` column), read in array mode, and turned into
  * JobRecords here. JSON columns are read as text and parsed here, so that a caller's client with
  * its own type parsers (transactional enqueue) reads the same values; bigints arrive as strings.
  */
@@ -30,7 +30,7 @@ function str(v: unknown): string | null {
   return v === null || v === undefined ? null : String(v);
 }
 
-/** A row of JOB_SELECT values starting at `at` (rows of claim_cycle start at 1). */
+/** A row of JOB_SELECT values starting at `at` (rows of worker_cycle start at 1). */
 export function rowToJob(r: unknown[], at = 0): JobRecord {
   const v = (i: number) => r[at + i];
   return {

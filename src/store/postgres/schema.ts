@@ -13,7 +13,7 @@
 import { CLAIM_MIGRATION, claimFunction, claimPrologue } from './claim-sql.js';
 import { WORKFLOW_MIGRATION } from './workflow-sql.js';
 import { logAppend, logAppendFixed } from './log-sql.js';
-import { applyTransitionsFunction, ITEM_LOG_APPEND } from './transition-sql.js';
+import { applyTransitionsFunction, endSucceededFunction, ITEM_LOG_APPEND } from './transition-sql.js';
 import { STATS_BATCH_MIGRATION, STATS_MIGRATION, SWEEP_HEALTH_MIGRATION } from './stats-schema.js';
 
 /** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
@@ -405,4 +405,10 @@ ${applyTransitionsFunction(8)}  `,
   // 17: the claim's fast path planned once per session instead of at every call (claim-sql.ts
   // fastClaim): the same rules and the same result, 0.27 ms less per claim
   claimFunction(17),
+  // 18: the worker's cycle as worker_cycle: the jobs it ended as succeeded and asks to delete
+  // (retention 0) come as arrays instead of JSON (transition-sql.ts end_succeeded); claim_cycle
+  // stays for the processes of the previous version until they are restarted
+  `${endSucceededFunction()}
+  ${claimFunction(18)}
+  `,
 ];

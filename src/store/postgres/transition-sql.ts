@@ -20,6 +20,57 @@ export const ITEM_LOG_APPEND = logAppend(
   'i.w',
 );
 
+/**
+ * Retention 0's checks, asked once per call before deleting ended jobs: whether any job owns rows
+ * the eraser must handle (when none does, the common case, the DELETE skips its per-job probes),
+ * and from migration 14 whether any has progress or signal rows.
+ */
+function ownerChecks(v14: boolean): string {
+  return `      -- Whether any job owns rows the eraser must handle, asked once per call: when none does
+      -- (the common case), the DELETE below skips its per-job probes.
+      v_owners := EXISTS (SELECT 1 FROM {s}.job_results) OR EXISTS (SELECT 1 FROM {s}.job_webhooks) OR EXISTS (SELECT 1 FROM {s}.webhook_deliveries);
+      -- (Not EXISTS, which drops the ORDER BY and may scan the table: this stays on jobs_children.)
+      v_parents := (SELECT c.parent_id FROM {s}.jobs c WHERE c.parent_id IS NOT NULL ORDER BY c.parent_id LIMIT 1) IS NOT NULL;${v14 ? `
+      -- The same for progress and signals: a deleted job's rows there are looked for only when some job has any.
+      v_progress := EXISTS (SELECT 1 FROM {s}.progress);
+      v_signals := EXISTS (SELECT 1 FROM {s}.job_signals);` : ''}`;
+}
+
+/**
+ * The delete of ended jobs (retention 0) and of their rows, as CTEs following a CTE `item` with
+ * columns o (ordinal), id, f (from), l (lease or null) and q (cancel flag or null): `gone` holds
+ * the deleted jobs (id, o, and from migration 14 their lease), when each still was in state f
+ * under lease l and owned nothing the eraser must handle (result files, a webhook target or
+ * deliveries, a parent, children).
+ */
+function goneChain(version: number): string {
+  const v10 = version >= 10;
+  const v14 = version >= 14;
+  return `        ), gone AS (
+          DELETE FROM {s}.jobs j USING item i
+          WHERE j.id = i.id AND j.state = i.f AND (i.l IS NULL OR j.lease = i.l) AND (i.q IS NULL OR j.cancel_requested = i.q)
+            AND j.parent_id IS NULL${v10 ? `
+            AND (NOT v_owners OR (NOT EXISTS (SELECT 1 FROM {s}.job_results r WHERE r.job_id = j.id)
+              AND NOT EXISTS (SELECT 1 FROM {s}.job_webhooks w WHERE w.job_id = j.id)
+              AND NOT EXISTS (SELECT 1 FROM {s}.webhook_deliveries dl WHERE dl.job_id = j.id)))
+            AND (NOT v_parents OR NOT EXISTS (SELECT 1 FROM {s}.jobs c WHERE c.parent_id = j.id::text))` : `
+            AND NOT EXISTS (SELECT 1 FROM {s}.job_results r WHERE r.job_id = j.id)
+            AND NOT EXISTS (SELECT 1 FROM {s}.job_webhooks w WHERE w.job_id = j.id)
+            AND NOT EXISTS (SELECT 1 FROM {s}.webhook_deliveries dl WHERE dl.job_id = j.id)
+            AND NOT EXISTS (SELECT 1 FROM {s}.jobs c WHERE c.parent_id = j.id::text)`}
+          RETURNING j.id, i.o${v14 ? ', j.lease' : ''}
+        ), gone_progress AS (
+          DELETE FROM {s}.progress p USING gone WHERE ${v14 ? 'v_progress AND ' : ''}p.job_id = gone.id
+        ), gone_signals AS (
+          DELETE FROM {s}.job_signals g USING gone WHERE ${v14 ? 'v_signals AND ' : ''}g.job_id = gone.id
+        ), gone_attempts AS (${v14 ? `
+          -- Attempt rows are those of runs that ended before this one, each under its own lease:
+          -- a job ending its first lease has none.` : ''}
+          DELETE FROM {s}.job_attempts a USING gone WHERE ${v14 ? 'gone.lease > 1 AND ' : ''}a.job_id = gone.id
+        )
+`;
+}
+
 export function applyTransitionsFunction(version: 8 | 10 | 14 | 16): string {
   const v10 = version >= 10;
   const v14 = version >= 14;
@@ -42,14 +93,7 @@ export function applyTransitionsFunction(version: 8 | 10 | 14 | 16): string {
     -- result holding "d":true, only costs the DELETE below finding nothing).
     v_deletes := strpos(p_items::text, '"d":true') > 0;${v10 ? `
     IF v_deletes THEN
-      -- Whether any job owns rows the eraser must handle, asked once per call: when none does
-      -- (the common case), the DELETE below skips its per-job probes.
-      v_owners := EXISTS (SELECT 1 FROM {s}.job_results) OR EXISTS (SELECT 1 FROM {s}.job_webhooks) OR EXISTS (SELECT 1 FROM {s}.webhook_deliveries);
-      -- (Not EXISTS, which drops the ORDER BY and may scan the table: this stays on jobs_children.)
-      v_parents := (SELECT c.parent_id FROM {s}.jobs c WHERE c.parent_id IS NOT NULL ORDER BY c.parent_id LIMIT 1) IS NOT NULL;${v14 ? `
-      -- The same for progress and signals: a deleted job's rows there are looked for only when some job has any.
-      v_progress := EXISTS (SELECT 1 FROM {s}.progress);
-      v_signals := EXISTS (SELECT 1 FROM {s}.job_signals);` : ''}
+${ownerChecks(v14)}
     END IF;` : ''}
     FOR v_round IN 1 .. p_rounds LOOP
       IF v_deletes THEN
@@ -65,29 +109,7 @@ export function applyTransitionsFunction(version: 8 | 10 | 14 | 16): string {
           SELECT * FROM round x WHERE x.d AND x.t IN ('succeeded', 'failed', 'cancelled')` : `item AS (
           SELECT * FROM json_to_recordset(p_items) AS x(o integer, r integer, id uuid, f text, t text, l integer, q boolean, d boolean)
           WHERE x.r = v_round AND x.d AND x.t IN ('succeeded', 'failed', 'cancelled')`}
-        ), gone AS (
-          DELETE FROM {s}.jobs j USING item i
-          WHERE j.id = i.id AND j.state = i.f AND (i.l IS NULL OR j.lease = i.l) AND (i.q IS NULL OR j.cancel_requested = i.q)
-            AND j.parent_id IS NULL${v10 ? `
-            AND (NOT v_owners OR (NOT EXISTS (SELECT 1 FROM {s}.job_results r WHERE r.job_id = j.id)
-              AND NOT EXISTS (SELECT 1 FROM {s}.job_webhooks w WHERE w.job_id = j.id)
-              AND NOT EXISTS (SELECT 1 FROM {s}.webhook_deliveries dl WHERE dl.job_id = j.id)))
-            AND (NOT v_parents OR NOT EXISTS (SELECT 1 FROM {s}.jobs c WHERE c.parent_id = j.id::text))` : `
-            AND NOT EXISTS (SELECT 1 FROM {s}.job_results r WHERE r.job_id = j.id)
-            AND NOT EXISTS (SELECT 1 FROM {s}.job_webhooks w WHERE w.job_id = j.id)
-            AND NOT EXISTS (SELECT 1 FROM {s}.webhook_deliveries dl WHERE dl.job_id = j.id)
-            AND NOT EXISTS (SELECT 1 FROM {s}.jobs c WHERE c.parent_id = j.id::text)`}
-          RETURNING j.id, i.o${v14 ? ', j.lease' : ''}
-        ), gone_progress AS (
-          DELETE FROM {s}.progress p USING gone WHERE ${v14 ? 'v_progress AND ' : ''}p.job_id = gone.id
-        ), gone_signals AS (
-          DELETE FROM {s}.job_signals g USING gone WHERE ${v14 ? 'v_signals AND ' : ''}g.job_id = gone.id
-        ), gone_attempts AS (${v14 ? `
-          -- Attempt rows are those of runs that ended before this one, each under its own lease:
-          -- a job ending its first lease has none.` : ''}
-          DELETE FROM {s}.job_attempts a USING gone WHERE ${v14 ? 'gone.lease > 1 AND ' : ''}a.job_id = gone.id
-        )
-        SELECT array_agg(-gone.o)${v10 ? ', (SELECT count(*) FROM round)' : ''} INTO v_part${v10 ? ', v_items' : ''} FROM gone;
+${goneChain(version)}        SELECT array_agg(-gone.o)${v10 ? ', (SELECT count(*) FROM round)' : ''} INTO v_part${v10 ? ', v_items' : ''} FROM gone;
         v_applied := v_applied || coalesce(v_part, '{}');${v10 ? `
         -- Every item of the round deleted its job: nothing is left for the UPDATE (which would parse
         -- the items again and probe each deleted id).
@@ -141,6 +163,50 @@ export function applyTransitionsFunction(version: 8 | 10 | 14 | 16): string {
       PERFORM pg_notify('{ch}', '');
     END IF;
     RETURN v_applied;
+  END
+  $fn$;
+`;
+}
+
+/**
+ * Migration 18: the jobs a worker ended as succeeded and asks to delete (retention 0, the write
+ * `succeed` builds with `deleteOnEnd`), as parallel arrays instead of JSON items: ids, leases,
+ * ordinals, end times, expiry times and results as JSON text. Parsing them costs the server less
+ * than the JSON (validated on input, then read again by json_to_recordset), and encoding them
+ * costs the worker less. Each job is deleted as apply_transitions deletes one (the same
+ * compare-and-swap and the same checks, `goneChain`); those it may not delete (they own rows the
+ * eraser must handle) or whose lease moved on go through apply_transitions as the JSON items the
+ * worker would have sent, so they are kept as succeeded, or refused. Deleted ordinals come back
+ * negated, like apply_transitions's.
+ */
+export function endSucceededFunction(): string {
+  return `  CREATE FUNCTION {s}.end_succeeded(p_ids uuid[], p_leases integer[], p_ords integer[], p_ats bigint[], p_expires bigint[], p_results text[], p_worker text)
+  RETURNS integer[]
+  LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+  DECLARE
+    v_done integer[];
+    v_rest json;
+    v_owners boolean;
+    v_parents boolean;
+    v_progress boolean;
+    v_signals boolean;
+  BEGIN
+${ownerChecks(true)}
+    -- (The ids come sorted: rows are locked in the same order as apply_transitions locks them.)
+    WITH item AS (
+      SELECT x.o, x.id, 'running'::text AS f, x.l, NULL::boolean AS q FROM unnest(p_ords, p_ids, p_leases) AS x(o, id, l)
+${goneChain(18)}    SELECT array_agg(-gone.o) INTO v_done FROM gone;
+    IF coalesce(cardinality(v_done), 0) < cardinality(p_ids) THEN
+      -- The others, as the worker's JSON items (core/transitions.ts succeed; mask 154: result,
+      -- finished_at, expires_at, clear checkpoint): kept as succeeded, or refused.
+      SELECT json_agg(json_build_object('o', x.o, 'r', 1, 'id', x.id, 'f', 'running', 't', 'succeeded', 'l', x.l, 'why', 'completed',
+          'w', p_worker, 'at', x.at, 'm', 154, 'result', x.result::json, 'finished_at', x.at, 'expires_at', x.expires) ORDER BY x.id)
+        INTO v_rest
+        FROM unnest(p_ords, p_ids, p_leases, p_ats, p_expires, p_results) AS x(o, id, l, at, expires, result)
+        WHERE -x.o <> ALL (coalesce(v_done, '{}'));
+      v_done := coalesce(v_done, '{}') || {s}.apply_transitions(v_rest, 1);
+    END IF;
+    RETURN coalesce(v_done, '{}');
   END
   $fn$;
 `;

@@ -17,14 +17,15 @@ export function checkTransition(p: TransitionParams): void {
  * Transitions as the JSON that apply_transitions reads (see schema.ts). A job named more than
  * once goes into later rounds so its items apply in order; within a round items are sorted by
  * id, so concurrent batches lock rows in the same order. Items with an id that cannot exist
- * (not a UUID) are left out: they lose.
+ * (not a UUID) are left out: they lose. Items marked in `skip` are left out too (sent as
+ * `EndedArrays` instead), their ordinals kept.
  */
-export function encodeTransitions(items: readonly TransitionParams[]): { json: string; rounds: number } {
+export function encodeTransitions(items: readonly TransitionParams[], skip?: readonly boolean[]): { json: string; rounds: number } {
   const seen = new Map<string, number>();
   const out: Array<Record<string, unknown> & { r: number; id: string }> = [];
   let rounds = 0;
   items.forEach((p, i) => {
-    if (!isUuid(p.id)) return;
+    if (skip?.[i] || !isUuid(p.id)) return;
     const r = (seen.get(p.id) ?? 0) + 1;
     seen.set(p.id, r);
     rounds = Math.max(rounds, r);
@@ -82,4 +83,89 @@ export function encodeTransitions(items: readonly TransitionParams[]): { json: s
   });
   out.sort((a, b) => a.r - b.r || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   return { json: JSON.stringify(out), rounds };
+}
+
+/**
+ * The jobs a worker ended as succeeded and asks to delete (retention 0), as the parallel arrays
+ * that worker_cycle takes (end_succeeded in transition-sql.ts), each as PostgreSQL array text:
+ * ids, leases, ordinals, end times, expiry times, results as JSON text.
+ */
+export interface EndedArrays {
+  count: number;
+  ids: string;
+  leases: string;
+  ords: string;
+  ats: string;
+  expires: string;
+  results: string;
+  /** skip[i]: item i is in the arrays (encodeTransitions leaves it out). */
+  skip: boolean[];
+}
+
+const NO_ENDED: EndedArrays = { count: 0, ids: '{}', leases: '{}', ords: '{}', ats: '{}', expires: '{}', results: '{}', skip: [] };
+
+/**
+ * Whether `p` is exactly the write `succeed` (core/transitions.ts) builds for `workerId`, with
+ * deleteOnEnd: what end_succeeded applies. Anything else goes as JSON.
+ */
+function isEndedSuccess(p: TransitionParams, workerId: string): boolean {
+  const patch = p.patch;
+  if (!p.deleteOnEnd || p.from !== 'running' || p.to !== 'succeeded' || p.reason !== 'completed' || p.workerId !== workerId) return false;
+  if (p.cancelRequested !== undefined || !Number.isSafeInteger(p.lease) || !Number.isSafeInteger(p.at) || patch === undefined) return false;
+  if (patch.finishedAt !== p.at || !Number.isSafeInteger(patch.expiresAt) || patch.clearCheckpoint !== true || patch.result === undefined) return false;
+  // No other patch field (the object literal `succeed` builds has exactly these four).
+  return Object.keys(patch).length === 4 && isUuid(p.id);
+}
+
+/** A JSON text as an element of a PostgreSQL array literal (NULL for JSON null). */
+function resultElement(result: unknown): string {
+  const text = result === null ? undefined : JSON.stringify(result);
+  return text === undefined ? 'NULL' : `"${text.replace(/["\\]/g, '\\$&')}"`;
+}
+
+/**
+ * Picks the successes with deleteOnEnd of `workerId` out of `items` (a job named once in the
+ * batch only: one named again goes as JSON, in its rounds), sorted by id like the JSON items.
+ */
+export function endedArrays(items: readonly TransitionParams[], workerId: string): EndedArrays {
+  let picked: number[] | null = null;
+  for (let i = 0; i < items.length; i++) {
+    if (!isEndedSuccess(items[i] as TransitionParams, workerId)) continue;
+    picked ??= [];
+    picked.push(i);
+  }
+  if (picked === null) return NO_ENDED;
+  // A job named more than once in the batch: all its items go as JSON (rounds keep their order).
+  if (items.length > 1) {
+    const seen = new Set<string>();
+    const twice = new Set<string>();
+    for (const p of items) (seen.has(p.id) ? twice : seen).add(p.id);
+    if (twice.size > 0) picked = picked.filter((i) => !twice.has((items[i] as TransitionParams).id));
+    if (picked.length === 0) return NO_ENDED;
+  }
+  picked.sort((a, b) => {
+    const x = (items[a] as TransitionParams).id;
+    const y = (items[b] as TransitionParams).id;
+    return x < y ? -1 : x > y ? 1 : 0;
+  });
+  const skip = new Array<boolean>(items.length).fill(false);
+  const id: string[] = [];
+  const lease: number[] = [];
+  const ord: number[] = [];
+  const at: number[] = [];
+  const expires: number[] = [];
+  const results: string[] = [];
+  for (const i of picked) {
+    const p = items[i] as TransitionParams;
+    const patch = p.patch as NonNullable<TransitionParams['patch']>;
+    skip[i] = true;
+    id.push(p.id);
+    lease.push(p.lease as number);
+    ord.push(i + 1);
+    at.push(p.at);
+    expires.push(patch.expiresAt as number);
+    results.push(resultElement(patch.result));
+  }
+  const list = (v: readonly (string | number)[]) => `{${v.join(',')}}`;
+  return { count: picked.length, ids: list(id), leases: list(lease), ords: list(ord), ats: list(at), expires: list(expires), results: list(results), skip };
 }

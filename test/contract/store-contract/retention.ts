@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import type { JobRecord } from '../../../src/core/job.js';
+import { runningNote, succeed as coreSucceed } from '../../../src/core/transitions.js';
 import type { Store } from '../../../src/store/store.js';
 import { contractHelpers, newJob, T0 } from './fixtures.js';
 
@@ -209,6 +210,64 @@ export function runRetentionContract(name: string, makeStore: () => Promise<Stor
         assert.deepEqual(retry.applied, [true]);
         assert.deepEqual(retry.deleted, [false]);
         assert.equal((await get(r.id)).state, 'retrying');
+      });
+
+      // The write the worker builds (core/transitions.ts succeed) by the worker that claimed: what
+      // PostgreSQL's worker_cycle takes as arrays instead of JSON (migration 18). Same outcomes.
+      const workerSuccess = (j: JobRecord, result: unknown = null, at = T0 + 5) => ({ ...coreSucceed(j, 'w1', at, result, 60_000), deleteOnEnd: true });
+
+      it("the worker's own successes are deleted in a batch mixed with other writes; a job named twice applies in order", async () => {
+        const [a, b, c, d] = [await running(), await running(), await running(), await running()];
+        await store.saveProgress({ id: c.id, lease: c.lease, progress, now: T0 });
+        const items = [
+          workerSuccess(a),
+          { id: b.id, from: 'running' as const, to: 'retrying' as const, lease: b.lease, reason: 'retry scheduled', workerId: 'w1', at: T0 + 5, patch: { runAt: T0 + 100 }, deleteOnEnd: true },
+          workerSuccess(c, { rows: 3, note: 'a "quoted" \\ value, ünïcode' }),
+          runningNote(d, 'w1', T0 + 4, 'almost done'),
+          workerSuccess(d),
+          // Another worker's success (its lease is this job's, the worker id is not the claim's).
+          { ...workerSuccess(await running()), workerId: 'w2' },
+        ];
+        const res = await store.completeAndClaim({ complete: items, claim: { ...claim, workerId: 'w1' } });
+        assert.deepEqual(res.applied, [true, true, true, true, true, true]);
+        assert.deepEqual(res.deleted, [true, false, true, false, true, true]);
+        for (const j of [a, c, d]) assert.deepEqual(await footprint(store, j.id), { job: 0, progress: 0, results: 0, webhook: 0, deliveries: 0, log: 0, attempts: 0 });
+        assert.equal((await get(b.id)).state, 'retrying');
+        assert.equal((await store.countByState({})).running, 0);
+      });
+
+      it("the worker's own successes of jobs that own rows are kept as succeeded, result and all; a lost lease is refused", async () => {
+        const withFile = await running();
+        assert.ok(await store.recordResult({ id: withFile.id, lease: withFile.lease, file: { name: 'out.csv', size: 3, contentType: 'text/csv', sha256: 'ab'.repeat(32), key: `results/${withFile.id}/out.csv` }, now: T0 }));
+        assert.ok(await store.saveCheckpoint({ id: withFile.id, lease: withFile.lease, checkpoint: { version: 1, data: { at: 3 } }, now: T0 }));
+        const parent = await running();
+        const child = await running({ parentId: parent.id });
+        const lost = await running();
+        const plain = await running();
+        const result = { rows: 3, note: 'a "quoted" \\ value, {braces}, commas, ünïcode \u2028', list: [1, null, 'x'] };
+        const items = [workerSuccess(withFile, result, T0 + 7), workerSuccess(parent, 'done'), workerSuccess(child, null), { ...workerSuccess(lost), lease: lost.lease + 1 }, workerSuccess(plain)];
+        const res = await store.completeAndClaim({ complete: items, claim: { ...claim, workerId: 'w1' } });
+        assert.deepEqual(res.applied, [true, true, true, false, true]);
+        assert.deepEqual(res.deleted, [false, false, false, false, true]);
+        const kept = await get(withFile.id);
+        assert.equal(kept.state, 'succeeded');
+        assert.deepEqual(kept.result, result);
+        assert.equal(kept.finishedAt, T0 + 7);
+        assert.equal(kept.expiresAt, T0 + 7 + 60_000);
+        assert.equal(kept.checkpoint, null);
+        assert.equal(kept.workerId, 'w1');
+        const entries = await store.getTransitions({ id: withFile.id });
+        assert.deepEqual(
+          entries?.slice(1).map((e) => [e.to, e.reason, e.workerId, e.at]),
+          [
+            ['running', 'claimed', 'w1', T0],
+            ['succeeded', 'completed', 'w1', T0 + 7],
+          ],
+        );
+        assert.equal((await get(parent.id)).result, 'done');
+        assert.equal((await get(child.id)).state, 'succeeded');
+        assert.equal((await get(lost.id)).state, 'running');
+        assert.equal(await store.getJob({ id: plain.id }), null);
       });
 
       it('transition applies deleteOnEnd writes the same way (deleted jobs count as applied)', async () => {
