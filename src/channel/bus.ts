@@ -70,6 +70,10 @@ export class JobBus {
     this.emitter.on(event, listener);
     return () => this.emitter.off(event, listener);
   }
+  /** Whether anything listens to `event`: an emitter may skip building a payload nobody reads. */
+  wants(event: JobEventName): boolean {
+    return this.emitter.listenerCount(event) > 0;
+  }
   emit<K extends JobEventName>(event: K, payload: JobEvents[K]): void {
     this.emitter.emit(event, payload);
   }

@@ -50,6 +50,10 @@ export class OutcomeWriter {
    */
   written(batch: Active[], applied: boolean[], deleted?: boolean[]): void {
     const { stats, bus, log, attempts } = this.o;
+    // Read once per batch: the ended record is built only for listeners (watchers, the server's
+    // hub), and the debug line only when logged.
+    const deletedWanted = bus.wants('job:deleted');
+    const debug = log.isLevelEnabled('debug');
     for (let i = 0; i < batch.length; i++) {
       const a = batch[i] as Active;
       const outcome = a.outcome as Outcome;
@@ -57,10 +61,10 @@ export class OutcomeWriter {
       if (applied[i]) {
         stats[outcome.stat]++;
         const gone = deleted?.[i] === true;
-        if (gone) bus.emit('job:deleted', { job: endedRecord(a.job, outcome.write) });
+        if (gone && deletedWanted) bus.emit('job:deleted', { job: endedRecord(a.job, outcome.write) });
         announce(bus, a.job, outcome.write, gone);
         bus.emit('attempt:ended', { job: a.job, to: outcome.write.to, at: outcome.write.at });
-        if (log.isLevelEnabled('debug')) log.debug({ ...jobLogFields(a.job), to: outcome.write.to, reason: outcome.write.reason }, 'attempt ended');
+        if (debug) log.debug({ ...jobLogFields(a.job), to: outcome.write.to, reason: outcome.write.reason }, 'attempt ended');
       } else {
         stats.refused++;
         log.warn({ ...jobLogFields(a.job), to: outcome.write.to }, 'completion refused: this worker no longer holds the lease');

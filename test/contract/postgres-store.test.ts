@@ -293,6 +293,37 @@ after(async () => {
 });
 
 describe("postgres: worker_cycle takes retention 0's successes as arrays (migration 18)", () => {
+  it('a claimed job reads the same as the job read back, though its row leaves out what the claim set', async () => {
+    const store = await openStore();
+    try {
+      const parent = newJob({ type: 'parent18' });
+      const first = newJob({ type: 'read18', metadata: { who: 'me' }, timeoutMs: 5000, stallTimeoutMs: 7000, idempotencyKey: 'k-18', parentId: parent.id, priority: 'high' });
+      await store.insertJobs({ jobs: [parent, first] });
+      const [a] = await store.claimJobs({ workerId: 'w-18', types: [{ type: 'read18' }], limit: 1, now: T0 + 3 });
+      assert.ok(a);
+      assert.deepEqual(a, await store.getJob({ id: first.id }));
+      assert.equal(a.state, 'running');
+      assert.equal(a.startedAt, T0 + 3);
+      // Its second attempt: progress, a checkpoint and the first attempt's error are read back too.
+      const progress = { ...EMPTY_PROGRESS, percent: 40, updatedAt: new Date(T0 + 4).toISOString() };
+      assert.ok(await store.saveProgress({ id: a.id, lease: a.lease, progress, now: T0 + 4 }));
+      assert.ok(await store.saveCheckpoint({ id: a.id, lease: a.lease, checkpoint: { version: 1, data: { at: 3 } }, now: T0 + 4 }));
+      const error = { message: 'x', code: 'E', retryable: true };
+      const [retried] = await store.transition({ items: [{ id: a.id, from: 'running', to: 'retrying', lease: a.lease, reason: 'retry', at: T0 + 5, patch: { runAt: T0 + 5, error } }] });
+      assert.equal(retried, true);
+      assert.equal(await store.promoteDue({ now: T0 + 6, limit: 10 }), 1);
+      const [b] = await store.claimJobs({ workerId: 'w-18b', types: [{ type: 'read18' }], limit: 1, now: T0 + 7 });
+      assert.ok(b);
+      assert.deepEqual(b, await store.getJob({ id: first.id }));
+      assert.deepEqual([b.lease, b.attempts, b.workerId, b.heartbeatAt, b.stalled, b.wait], [2, 2, 'w-18b', T0 + 7, false, null]);
+      assert.deepEqual(b.error, error);
+      assert.equal(b.progress.percent, 40);
+      assert.deepEqual(b.checkpoint?.data, { at: 3 });
+    } finally {
+      await store.close();
+    }
+  });
+
   it("claim_cycle, the previous version's worker call, still completes and claims after the upgrade", async () => {
     const store = await openStore();
     try {

@@ -43,7 +43,7 @@ import type {
   WebhookOutboxStore,
   StoreCapabilities,
 } from '../store.js';
-import { JOB_SELECT, parseLog, rowToJob } from './rows.js';
+import { claimedRowToJob, JOB_SELECT, parseLog, rowToJob } from './rows.js';
 import { checkTransition, endedArrays, encodeTransitions } from './transitions.js';
 import { PgSubmitOps } from './submit-ops.js';
 import { PgScheduleOps } from './schedule-ops.js';
@@ -336,6 +336,8 @@ export class PostgresStore implements Store {
     const { names, limits, keyLimits, rateMax, ratePer } = claimTypes(claim.types);
     const [capTenants, caps, capOthers] = capArrays(claim.tenantCaps);
     const aging = claim.agingMs === undefined ? DEFAULT_PRIORITY_AGING_MS : claim.agingMs;
+    // Read once (a getter reading the clock): the claimed rows leave out the claim's time, which is this.
+    const now = claim.now;
     const rows = await this.rows('cycle', this.sql.cycle, [
       ended.ids,
       ended.leases,
@@ -349,7 +351,7 @@ export class PostgresStore implements Store {
       names,
       limits,
       limit,
-      claim.now,
+      now,
       keyLimits,
       rateMax,
       ratePer,
@@ -364,7 +366,7 @@ export class PostgresStore implements Store {
       // One row with every applied ordinal (claim_cycle, migration 15; worker_cycle), then the claimed jobs.
       if (r[0] !== null) for (const o of r[0] as number[]) markApplied(o, applied, deleted);
       else if (r[1] === null) wakeAt = Number(r[r.length - 1]);
-      else jobs.push(rowToJob(r, 1));
+      else jobs.push(claimedRowToJob(r, 1, claim.workerId, now));
     }
     return wakeAt === undefined ? { applied, jobs, deleted } : { applied, jobs, deleted, wakeAt };
   }
