@@ -1,6 +1,6 @@
 /**
  * `apply_transitions(items, rounds)`: the store's one writer of job state changes (the worker's
- * claim_cycle calls it too). Each item is a compare-and-swap decided by core/transitions.ts;
+ * claim_cycle and worker_cycle call it too). Each item is a compare-and-swap decided by core/transitions.ts;
  * see migration 8 in schema.ts for what it writes. Migration 10 replaced it with the same rules,
  * cheaper for retention 0: whether any job owns results, webhooks or children is asked once per
  * call instead of once per deleted job, and a round whose items all deleted their job skips the
