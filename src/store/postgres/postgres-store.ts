@@ -3,7 +3,8 @@
  * and worker processes on any number of machines.
  *
  * - Round trips: a worker's cycle (its completions, then a claim) is one call of the SQL
- *   function `worker_cycle` (migration 18; `claim_cycle` before), one round trip and one transaction whatever the batch size;
+ *   function `worker_cycle` (migration 18; `claim_cycle` before), one round trip and one
+ *   transaction whatever the batch size;
  *   `transition` is one call of `apply_transitions`; every other operation is one statement.
  *   Fixed statements are prepared once per connection (named statements).
  * - Claims take rows with FOR UPDATE SKIP LOCKED in queue order (priority, runAt, id).
