@@ -25,19 +25,22 @@ export const returns = (version: number) =>
     workflow text, wait_kind text, wait_name text, wait_fail_fast boolean, children_total integer, progress text, wake_at bigint)`;
 
 /**
- * The claimed rows (`moved`) as the function returns them, with their progress. From version 18
+ * The claimed rows (`moved`) as the function returns them, with their progress and, in the last
+ * column (`wake_at`, which only the wake row uses otherwise), `at`: from version 19, the claim's
+ * time when the claim by id may have moved it past the worker's clock (claim-sql.ts RATE_WINDOW;
+ * readers of version 18 ignore that column on a job's row). From version 18
  * without what the claim itself set (state running, the worker, started and heartbeat at the
  * claim's time, not stalled) or what only a waiting job has (its wait): the reader fills those in
  * (rows.ts claimedRowToJob), and each row is a quarter fewer values to write and to parse.
  */
-export const claimedRows = (version: number) =>
+export const claimedRows = (version: number, at = 'NULL::bigint') =>
   version >= 18
     ? `      SELECT NULL::integer[], m.id, m.tenant, m.type, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,
         m.attempts, m.max_attempts, m.lease, m.cancel_requested, m.cancel_reason,
         m.cancel_requested_at, m.parent_id, m.created_at, m.finished_at,
         m.updated_at, m.run_at, m.expires_at, m.timeout_ms, m.heartbeat_timeout_ms,
         m.stall_timeout_ms, m.result_ttl_ms, m.checkpoint::text, m.idempotency_key,
-        m.workflow::text, m.children_total, (SELECT p.data::text FROM {s}.progress p WHERE p.job_id = m.id), NULL::bigint
+        m.workflow::text, m.children_total, (SELECT p.data::text FROM {s}.progress p WHERE p.job_id = m.id), ${at}
       FROM moved m
 `
     : `      SELECT NULL::${version >= 15 ? 'integer[]' : 'integer'}, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,

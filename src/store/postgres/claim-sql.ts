@@ -190,6 +190,19 @@ const claimSet = (version: number, worker = '$2', now = '$3') => `        SET st
 `;
 
 /**
+ * Migration 19: the rate limit's window never moves back. A worker reads its clock (p_now) before
+ * it waits for the type's lock, so a claim that read an earlier time can take the lock after one
+ * that read a later time. That later claim has already deleted the starts older than its own
+ * window, some of which are still inside the earlier claim's: the earlier claim counted too few
+ * and could start more than the limit in one window (seen on CI: 24 starts in one second under a
+ * limit of 20 per second, three worker processes). So the claim's time becomes the latest of its
+ * own clock and the type's last logged start: the log only grows in time, each window is counted
+ * whole, and the claimed jobs' started_at is that time (the claimed rows return it, rows.ts).
+ */
+const RATE_WINDOW = `        SELECT greatest(v_now, max(r.at)) INTO v_now FROM {s}.rate_starts r WHERE r.type = p_types[v_i];
+`;
+
+/**
  * Migration 12: the fast path's select and claim in one statement, planned for each call and
  * without sorts. Planned once per connection (the function's generic plans) while the table was
  * small or not yet analyzed, the select read the tenant's whole backlog through
@@ -307,17 +320,22 @@ export function claimPrologue(oneRow: boolean, ended = false): string {
  * 17 replaces it again: the fast path's claim is planned once per session (fastClaim). Version
  * 18 is the same claim under a new name, `worker_cycle`, whose first arguments are the jobs the
  * worker ended as succeeded and asks to delete (retention 0), as arrays (end_succeeded in
- * transition-sql.ts); claim_cycle stays for the processes of the previous version.
+ * transition-sql.ts); claim_cycle stays for the processes of the previous version. Version 19
+ * replaces worker_cycle in place (the same arguments and columns): a rate-limited claim's time is
+ * never before the type's last logged start (RATE_WINDOW).
  */
-export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18): string {
+export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18 | 19): string {
   const v10 = version >= 10;
   const v12 = version >= 12;
   const v15 = version >= 15;
   const v18 = version >= 18;
+  const v19 = version >= 19;
   const name = v18 ? 'worker_cycle' : v15 ? 'claim_cycle' : 'complete_and_claim';
+  // The claim's time: from version 19, never before a start the rate log holds (rateWindow).
+  const now = v19 ? 'v_now' : 'p_now';
   const ended = v18 ? 'p_ended_ids uuid[], p_ended_leases integer[], p_ended_ords integer[], p_ended_ats bigint[], p_ended_expires bigint[], p_ended_results text[], ' : '';
   return `
-  CREATE ${v10 && version !== 15 && !v18 ? 'OR REPLACE ' : ''}FUNCTION {s}.${name}(${ended}p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
+  CREATE ${v10 && version !== 15 && version !== 18 ? 'OR REPLACE ' : ''}FUNCTION {s}.${name}(${ended}p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
     p_now bigint, p_key_limits integer[], p_rate_max integer[], p_rate_per bigint[], p_aging bigint,
     p_cap_tenants text[], p_caps integer[], p_cap_others integer)
   ${returns(version)}
@@ -355,7 +373,8 @@ ${v15 ? '' : `    v_done integer[];
     v_head_rooms integer[] := '{}';` : ''}${v12 ? `
     v_fast boolean := false;
     v_sort text;
-    v_jit text;` : ''}
+    v_jit text;` : ''}${v19 ? `
+    v_now bigint := p_now;` : ''}
   BEGIN
 ${claimPrologue(v15, v18)}    <<types>>
     FOR v_i IN 1 .. v_types LOOP
@@ -369,7 +388,7 @@ ${claimPrologue(v15, v18)}    <<types>>
       END IF;
       IF p_rate_max[v_i] IS NOT NULL AND v_room > 0 THEN
         v_rated := v_rated || p_types[v_i];
-        DELETE FROM {s}.rate_starts r WHERE r.type = p_types[v_i] AND r.at <= p_now - p_rate_per[v_i];
+${v19 ? RATE_WINDOW : ''}        DELETE FROM {s}.rate_starts r WHERE r.type = p_types[v_i] AND r.at <= ${now} - p_rate_per[v_i];
         SELECT count(*) INTO v_count FROM {s}.rate_starts r WHERE r.type = p_types[v_i];
         IF v_count >= p_rate_max[v_i] THEN
           SELECT r.at + p_rate_per[v_i] INTO v_at FROM {s}.rate_starts r WHERE r.type = p_types[v_i]
@@ -455,8 +474,8 @@ ${claimSet(version)}        WHERE j.id = ${version >= 16 ? probes('SELECT unnest
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
       )
-${claimedRows(version)}      ORDER BY array_position($1, m.id)
-      $q$ USING v_ids, p_worker, p_now, v_rated;
+${claimedRows(version, v19 ? '$3' : 'NULL::bigint')}      ORDER BY array_position($1, m.id)
+      $q$ USING v_ids, p_worker, ${now}, v_rated;
     END IF;
     IF v_wake IS NOT NULL THEN
       wake_at := v_wake;

@@ -367,7 +367,8 @@ export class PostgresStore implements Store {
       // One row with every applied ordinal (claim_cycle, migration 15; worker_cycle), then the claimed jobs.
       if (r[0] !== null) for (const o of r[0] as number[]) markApplied(o, applied, deleted);
       else if (r[1] === null) wakeAt = Number(r[r.length - 1]);
-      else jobs.push(claimedRowToJob(r, 1, claim.workerId, now));
+      // A job's row may carry the claim's time last, when a rate limit moved it past `now` (migration 19).
+      else jobs.push(claimedRowToJob(r, 1, claim.workerId, r[r.length - 1] === null ? now : Number(r[r.length - 1])));
     }
     return wakeAt === undefined ? { applied, jobs, deleted } : { applied, jobs, deleted, wakeAt };
   }

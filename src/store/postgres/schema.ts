@@ -411,4 +411,8 @@ ${applyTransitionsFunction(8)}  `,
   `${endSucceededFunction()}
   ${claimFunction(18)}
   `,
+  // 19: a rate-limited claim's time is never before the type's last logged start, so a claim that
+  // read its clock before another but took the type's lock after it counts its window whole
+  // (claim-sql.ts RATE_WINDOW); worker_cycle is replaced in place
+  claimFunction(19),
 ];

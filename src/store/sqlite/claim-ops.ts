@@ -74,6 +74,8 @@ export class SqliteClaimOps {
   /** Inside the caller's write transaction: up to `params.limit` queued jobs, claimed in the order they should start. */
   claim(params: ClaimParams): { jobs: JobRecord[]; wakeAt: number | undefined } {
     const now = params.now;
+    // The claim's time for rate-limited types: never before a start their log holds (rateRoom).
+    let at = now;
     const limit = Math.floor(params.limit);
     const agingMs = params.agingMs === undefined ? DEFAULT_PRIORITY_AGING_MS : params.agingMs;
     const caps = params.tenantCaps;
@@ -85,7 +87,8 @@ export class SqliteClaimOps {
     for (const t of params.types) {
       let room = this.typeRoom(t, limit);
       if (t.rateLimit && room > 0) {
-        const rate = this.rateRoom(t.type, t.rateLimit, now);
+        const rate = this.rateRoom(t.type, t.rateLimit, at);
+        at = rate.at;
         if (rate.room <= 0 && rate.wakeAt !== undefined) wakeAt = Math.min(wakeAt ?? rate.wakeAt, rate.wakeAt);
         room = Math.min(room, rate.room);
       }
@@ -127,10 +130,10 @@ export class SqliteClaimOps {
     }
     const ids = planClaim({ candidates, limit, agingMs, typeRoom, tenantRunning, tenantRoom, keyRoom });
     if (ids.length === 0) return { jobs: [], wakeAt };
-    const jobs = jobsFromRows(this.byIds.stmt.all(...this.byIds.args({ worker: params.workerId, at: now, type: '', tenant: '', ids: JSON.stringify(ids) })));
+    const jobs = jobsFromRows(this.byIds.stmt.all(...this.byIds.args({ worker: params.workerId, at, type: '', tenant: '', ids: JSON.stringify(ids) })));
     const order = new Map(ids.map((id, i) => [id, i]));
     jobs.sort((a, b) => (order.get(a.id) as number) - (order.get(b.id) as number));
-    this.recordStarts(params.types, jobs, now);
+    this.recordStarts(params.types, jobs, at);
     return { jobs: this.counted(jobs), wakeAt };
   }
 
@@ -244,21 +247,28 @@ export class SqliteClaimOps {
    * A sliding-window log: the starts of the last `perMs` are kept (older ones deleted here), so
    * the room is `max` less their count, and when it is full, a place frees when the oldest
    * start that matters leaves the window.
+   *
+   * The window ends at `at`, the latest of the claim's time and the type's last logged start: a
+   * clock that went back (or a claim whose time was read before it waited, as PostgreSQL's can,
+   * claim-sql.ts RATE_WINDOW) must not count a window whose older starts a later one deleted.
+   * The claim then starts its jobs at `at`.
    */
-  private rateRoom(type: string, rate: { max: number; perMs: number }, now: number): { room: number; wakeAt: number | undefined } {
-    this.stmt('DELETE FROM rate_starts WHERE type = ? AND at <= ?').run(type, now - rate.perMs);
+  private rateRoom(type: string, rate: { max: number; perMs: number }, now: number): { room: number; wakeAt: number | undefined; at: number } {
+    const last = (this.stmt('SELECT max(at) FROM rate_starts WHERE type = ?').get(type) as unknown as [number | null])[0];
+    const at = last === null ? now : Math.max(now, last);
+    this.stmt('DELETE FROM rate_starts WHERE type = ? AND at <= ?').run(type, at - rate.perMs);
     const used = (this.stmt('SELECT count(*) FROM rate_starts WHERE type = ?').get(type) as unknown as [number])[0];
     const room = rate.max - used;
-    if (room > 0) return { room, wakeAt: undefined };
+    if (room > 0) return { room, wakeAt: undefined, at };
     const row = this.stmt('SELECT at FROM rate_starts WHERE type = ? ORDER BY at LIMIT 1 OFFSET ?').get(type, used - rate.max) as unknown as [number] | undefined;
-    return { room: 0, wakeAt: row === undefined ? now + 1 : row[0] + rate.perMs };
+    return { room: 0, wakeAt: row === undefined ? at + 1 : row[0] + rate.perMs, at };
   }
 
-  private recordStarts(types: ReadonlyArray<ClaimType>, jobs: readonly JobRecord[], now: number): void {
+  private recordStarts(types: ReadonlyArray<ClaimType>, jobs: readonly JobRecord[], at: number): void {
     if (!types.some((t) => t.rateLimit)) return;
     const insert = this.stmt('INSERT INTO rate_starts (type, at) VALUES (?, ?)');
     const limited = new Set(types.filter((t) => t.rateLimit).map((t) => t.type));
-    for (const j of jobs) if (limited.has(j.type)) insert.run(j.type, now);
+    for (const j of jobs) if (limited.has(j.type)) insert.run(j.type, at);
   }
 }
 

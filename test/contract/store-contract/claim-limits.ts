@@ -143,6 +143,36 @@ export function runClaimLimitsContract(name: string, makeStore: () => Promise<St
       assert.equal((await cycle({ types: [...types, { type: 'free' }], now: T0 + 1300 })).jobs.length, 1);
     });
 
+    it('rate limits: a claim whose clock is behind the last logged start counts the window from that start, and starts its jobs then', async () => {
+      // Across processes, a claim can read its clock, wait for the type's lock, and run after a
+      // claim that read a later time (and deleted the starts older than its own window).
+      await store.insertJobs({ jobs: Array.from({ length: 10 }, (_, i) => newJob({ type: 'r', runAt: T0 + i })) });
+      const types = [{ type: 'r', rateLimit: { max: 3, perMs: 1000 } }];
+      const first = await cycle({ types, now: T0 + 1000, limit: 2 });
+      const later = await claim({ types, now: T0 + 2001, limit: 1 });
+      const behind = await cycle({ types, now: T0 + 1999 });
+      assert.deepEqual(
+        [first.jobs.length, later.length, behind.jobs.length],
+        [2, 1, 2],
+        'the starts at 1000 are out of the window at 2001, so two places are left, not three',
+      );
+      assert.deepEqual(
+        behind.jobs.map((j) => j.startedAt),
+        [T0 + 2001, T0 + 2001],
+        'started at the last logged start, not before it',
+      );
+      const claimed = [...first.jobs, ...later, ...behind.jobs];
+      const stored = await Promise.all(claimed.map(async (j) => (await store.getJob({ id: j.id }))?.startedAt));
+      assert.deepEqual(stored, claimed.map((j) => j.startedAt), 'the stored start is the returned one');
+      const starts = stored.map(Number);
+      for (const s of starts) {
+        const inWindow = starts.filter((t) => t >= s && t < s + 1000).length;
+        assert.ok(inWindow <= 3, `${inWindow} starts in the 1000 ms from ${s - T0} (${starts.map((t) => t - T0).join(', ')})`);
+      }
+      const full = await cycle({ types, now: T0 + 2500 });
+      assert.deepEqual([full.jobs.length, full.wakeAt], [0, T0 + 3001], 'the window is full until the starts at 2001 leave');
+    });
+
     it('more tenants than one claim looks at are all served within a few claims', async () => {
       await store.insertJobs({ jobs: Array.from({ length: 70 }, (_, i) => newJob({ tenant: `t${String(i).padStart(3, '0')}`, type: 'm' })) });
       const seen = new Set<string>();
