@@ -50,11 +50,21 @@ export class LonghaulMetrics {
     const registers = [this.registry];
     const { bus, store } = options;
     const submitted = new Counter({ name: 'longhaul_jobs_submitted_total', help: 'Jobs accepted by this process.', labelNames: ['task_type'], registers });
-    const finished = new Counter({
+    // Counted per (type, state) in a plain map on the worker's hot path, and added to the counter
+    // when it is read (collect runs at every scrape): prom-client's inc validates and hashes its
+    // labels object at every call.
+    const finishedSince = new Map<string, { labels: { task_type: string; state: string }; n: number }>();
+    new Counter({
       name: 'longhaul_jobs_finished_total',
       help: 'Jobs this process moved to an end state (succeeded, failed, cancelled).',
       labelNames: ['task_type', 'state'],
       registers,
+      collect() {
+        for (const c of finishedSince.values()) {
+          if (c.n > 0) this.inc(c.labels, c.n);
+          c.n = 0;
+        }
+      },
     });
     const duration = new KeyedHistogram({
       name: 'longhaul_job_duration_seconds',
@@ -114,7 +124,11 @@ export class LonghaulMetrics {
       bus.on('job:submitted', ({ job }) => submitted.inc({ task_type: job.type })),
       bus.on('job:changed', (e) => {
         // Relayed changes (another process's) are counted by that process.
-        if (ENDED.has(e.to) && e.from !== e.to && !isRelayed(e)) finished.inc({ task_type: e.type, state: e.to });
+        if (!ENDED.has(e.to) || e.from === e.to || isRelayed(e)) return;
+        const key = `${e.type}\u0000${e.to}`;
+        const c = finishedSince.get(key);
+        if (c) c.n++;
+        else finishedSince.set(key, { labels: { task_type: e.type, state: e.to }, n: 1 });
       }),
       bus.on('attempt:started', ({ job }) => {
         if (job.startedAt !== null) queueWait.observe([job.type], Math.max(0, job.startedAt - job.runAt) / 1000);

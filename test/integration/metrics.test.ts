@@ -118,8 +118,26 @@ describe('GET /metrics', () => {
     assert.equal(sample(text, 'longhaul_jobs_timed_out_total'), 0);
     assert.equal(sample(text, 'longhaul_jobs_stalled_total'), 0);
     assert.ok((sample(text, 'nodejs_eventloop_lag_seconds') ?? -1) >= 0, 'event-loop lag is exported');
-    // A second scrape counts the first as an HTTP request.
-    assert.equal(sample(await scrape(), 'longhaul_http_requests_total', { method: 'GET', route: '/metrics', status: '200' }), 1);
+    // A second scrape counts the first as an HTTP request, and the jobs it saw only once.
+    const again = await scrape();
+    assert.equal(sample(again, 'longhaul_http_requests_total', { method: 'GET', route: '/metrics', status: '200' }), 1);
+    assert.equal(sample(again, 'longhaul_jobs_finished_total', { task_type: 'm.ok', state: 'succeeded' }), ok);
+    // Jobs ended between two scrapes are added to what the first one read.
+    await submit('m.ok', { ms: 1 });
+    const seen: (number | null)[] = [];
+    await pollUntil(
+      async () => {
+        const n = sample(await scrape(), 'longhaul_jobs_finished_total', { task_type: 'm.ok', state: 'succeeded' });
+        seen.push(n);
+        return n === ok + 1 ? true : undefined;
+      },
+      'the job ended after the first scrape counted once',
+      20_000,
+    );
+    assert.ok(
+      seen.every((n) => n === ok || n === ok + 1),
+      `finished_total read ${seen.join(', ')}`,
+    );
   });
 
   it('passes promtool check metrics', async (t) => {

@@ -344,7 +344,23 @@ describe('uuidv7', () => {
   });
 
   it('isUuid rejects malformed strings', () => {
-    for (const v of ['', 'x', '0190b6a2-7c1d-7abc-8def-0123456789aZ', '0190b6a27c1d7abc8def0123456789ab', 42, null]) assert.equal(isUuid(v), false, String(v));
+    for (const v of [
+      '',
+      'x',
+      '0190b6a2-7c1d-7abc-8def-0123456789aZ',
+      '0190b6a27c1d7abc8def0123456789ab',
+      '0190B6A2-7C1D-7ABC-8DEF-0123456789AB',
+      '0190b6a2x7c1d-7abc-8def-0123456789ab',
+      '0190b6a2-7c1d-7abc-8def-0123456789a-',
+      '0190b6a2-7c1d-7abc-8def-0123456789abc',
+      '0190b6a2-7c1d-7abc-8def-0123456789a',
+      ' 0190b6a2-7c1d-7abc-8def-0123456789a',
+      '0190b6a2-7c1d-7abc-8deg-0123456789ab',
+      42,
+      null,
+    ])
+      assert.equal(isUuid(v), false, String(v));
+    for (const v of ['00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '0190b6a2-7c1d-7abc-8def-0123456789ab']) assert.equal(isUuid(v), true, v);
   });
 
   it('uuidv7Floor sorts at or below every id of that millisecond and above earlier ones', () => {

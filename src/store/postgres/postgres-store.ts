@@ -45,6 +45,7 @@ import type {
   StoreCapabilities,
 } from '../store.js';
 import { claimedRowToJob, JOB_SELECT, parseLog, rowToJob } from './rows.js';
+import { STORE_TYPES } from './type-parsers.js';
 import { checkTransition, endedArrays, encodeTransitions } from './transitions.js';
 import { PgSubmitOps } from './submit-ops.js';
 import { PgScheduleOps } from './schedule-ops.js';
@@ -132,7 +133,7 @@ export class PostgresStore implements Store {
       application_name: options.applicationName ?? 'longhaul',
       keepAlive: true,
     };
-    this.pool = new pg.Pool({ ...base, max: poolSize, idleTimeoutMillis: 30_000, connectionTimeoutMillis: 10_000 });
+    this.pool = new pg.Pool({ ...base, max: poolSize, idleTimeoutMillis: 30_000, connectionTimeoutMillis: 10_000, types: STORE_TYPES });
     // An idle client whose connection dies emits 'error' on the pool; unhandled, it would
     // crash the process. The pool drops that client and the next query connects anew.
     this.pool.on('error', (err) => options.logger?.warn({ err }, 'PostgreSQL connection lost (idle pooled client); it will be replaced'));
