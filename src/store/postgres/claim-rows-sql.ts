@@ -27,7 +27,7 @@ export const returns = (version: number) =>
 /**
  * The claimed rows (`moved`) as the function returns them, with their progress and, in the last
  * column (`wake_at`, which only the wake row uses otherwise), `at`: from version 19, the claim's
- * time when the claim by id may have moved it past the worker's clock (claim-sql.ts RATE_WINDOW;
+ * time when the claim by id may have moved it past the worker's clock (claim-rate-sql.ts;
  * readers of version 18 ignore that column on a job's row). From version 18
  * without what the claim itself set (state running, the worker, started and heartbeat at the
  * claim's time, not stalled) or what only a waiting job has (its wait): the reader fills those in

@@ -17,6 +17,7 @@
  * all that: two index probes (the first queued (tenant, priority), and whether another pair
  * follows it), then one ordered scan, as before.
  */
+import { rateRoom } from './claim-rate-sql.js';
 import { claimedRows, returns } from './claim-rows-sql.js';
 import { logAppendFixed } from './log-sql.js';
 
@@ -190,19 +191,6 @@ const claimSet = (version: number, worker = '$2', now = '$3') => `        SET st
 `;
 
 /**
- * Migration 19: the rate limit's window never moves back. A worker reads its clock (p_now) before
- * it waits for the type's lock, so a claim that read an earlier time can take the lock after one
- * that read a later time. That later claim has already deleted the starts older than its own
- * window, some of which are still inside the earlier claim's: the earlier claim counted too few
- * and could start more than the limit in one window (seen on CI: 24 starts in one second under a
- * limit of 20 per second, three worker processes). So the claim's time becomes the latest of its
- * own clock and the type's last logged start: the log only grows in time, each window is counted
- * whole, and the claimed jobs' started_at is that time (the claimed rows return it, rows.ts).
- */
-const RATE_WINDOW = `        SELECT greatest(v_now, max(r.at)) INTO v_now FROM {s}.rate_starts r WHERE r.type = p_types[v_i];
-`;
-
-/**
  * Migration 12: the fast path's select and claim in one statement, planned for each call and
  * without sorts. Planned once per connection (the function's generic plans) while the table was
  * small or not yet analyzed, the select read the tenant's whole backlog through
@@ -322,7 +310,7 @@ export function claimPrologue(oneRow: boolean, ended = false): string {
  * worker ended as succeeded and asks to delete (retention 0), as arrays (end_succeeded in
  * transition-sql.ts); claim_cycle stays for the processes of the previous version. Version 19
  * replaces worker_cycle in place (the same arguments and columns): a rate-limited claim's time is
- * never before the type's last logged start (RATE_WINDOW).
+ * never before the type's last logged start (claim-rate-sql.ts).
  */
 export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18 | 19): string {
   const v10 = version >= 10;
@@ -331,7 +319,7 @@ export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18 | 19): st
   const v18 = version >= 18;
   const v19 = version >= 19;
   const name = v18 ? 'worker_cycle' : v15 ? 'claim_cycle' : 'complete_and_claim';
-  // The claim's time: from version 19, never before a start the rate log holds (rateWindow).
+  // The claim's time: from version 19, never before a start the rate log holds (claim-rate-sql.ts).
   const now = v19 ? 'v_now' : 'p_now';
   const ended = v18 ? 'p_ended_ids uuid[], p_ended_leases integer[], p_ended_ords integer[], p_ended_ats bigint[], p_ended_expires bigint[], p_ended_results text[], ' : '';
   return `
@@ -386,18 +374,7 @@ ${claimPrologue(v15, v18)}    <<types>>
         SELECT count(*) INTO v_count FROM {s}.jobs j WHERE j.state = 'running' AND j.type = p_types[v_i];
         v_room := least(v_room, p_limits[v_i] - v_count);
       END IF;
-      IF p_rate_max[v_i] IS NOT NULL AND v_room > 0 THEN
-        v_rated := v_rated || p_types[v_i];
-${v19 ? RATE_WINDOW : ''}        DELETE FROM {s}.rate_starts r WHERE r.type = p_types[v_i] AND r.at <= ${now} - p_rate_per[v_i];
-        SELECT count(*) INTO v_count FROM {s}.rate_starts r WHERE r.type = p_types[v_i];
-        IF v_count >= p_rate_max[v_i] THEN
-          SELECT r.at + p_rate_per[v_i] INTO v_at FROM {s}.rate_starts r WHERE r.type = p_types[v_i]
-          ORDER BY r.at OFFSET v_count - p_rate_max[v_i] LIMIT 1;
-          v_wake := least(coalesce(v_wake, v_at), v_at);
-        END IF;
-        v_room := least(v_room, p_rate_max[v_i] - v_count);
-      END IF;
-      CONTINUE WHEN v_room <= 0;
+${rateRoom(v19)}      CONTINUE WHEN v_room <= 0;
       v_rtypes := v_rtypes || p_types[v_i];
       v_rrooms := v_rrooms || v_room;
       IF p_key_limits[v_i] IS NOT NULL THEN

@@ -413,6 +413,6 @@ ${applyTransitionsFunction(8)}  `,
   `,
   // 19: a rate-limited claim's time is never before the type's last logged start, so a claim that
   // read its clock before another but took the type's lock after it counts its window whole
-  // (claim-sql.ts RATE_WINDOW); worker_cycle is replaced in place
+  // (claim-rate-sql.ts); worker_cycle is replaced in place
   claimFunction(19),
 ];
