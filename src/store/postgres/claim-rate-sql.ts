@@ -14,9 +14,12 @@
  * whole, and the claimed jobs' started_at is that time (the claimed rows return it, rows.ts).
  */
 
+/** The claim's time in the claim function: from version 19, `v_now` (never before a logged start). */
+export const claimNow = (v19: boolean) => (v19 ? 'v_now' : 'p_now');
+
 /** The rate limit's step for type `v_i`, inside the claim's loop over its types. */
 export const rateRoom = (v19: boolean) => {
-  const now = v19 ? 'v_now' : 'p_now';
+  const now = claimNow(v19);
   return `      IF p_rate_max[v_i] IS NOT NULL AND v_room > 0 THEN
         v_rated := v_rated || p_types[v_i];
 ${v19 ? '        SELECT greatest(v_now, max(r.at)) INTO v_now FROM {s}.rate_starts r WHERE r.type = p_types[v_i];\n' : ''}        DELETE FROM {s}.rate_starts r WHERE r.type = p_types[v_i] AND r.at <= ${now} - p_rate_per[v_i];

@@ -17,7 +17,7 @@
  * all that: two index probes (the first queued (tenant, priority), and whether another pair
  * follows it), then one ordered scan, as before.
  */
-import { rateRoom } from './claim-rate-sql.js';
+import { claimNow, rateRoom } from './claim-rate-sql.js';
 import { claimedRows, returns } from './claim-rows-sql.js';
 import { logAppendFixed } from './log-sql.js';
 
@@ -319,8 +319,7 @@ export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18 | 19): st
   const v18 = version >= 18;
   const v19 = version >= 19;
   const name = v18 ? 'worker_cycle' : v15 ? 'claim_cycle' : 'complete_and_claim';
-  // The claim's time: from version 19, never before a start the rate log holds (claim-rate-sql.ts).
-  const now = v19 ? 'v_now' : 'p_now';
+  const now = claimNow(v19);
   const ended = v18 ? 'p_ended_ids uuid[], p_ended_leases integer[], p_ended_ords integer[], p_ended_ats bigint[], p_ended_expires bigint[], p_ended_results text[], ' : '';
   return `
   CREATE ${v10 && version !== 15 && version !== 18 ? 'OR REPLACE ' : ''}FUNCTION {s}.${name}(${ended}p_items json, p_rounds integer, p_worker text, p_types text[], p_limits integer[], p_limit integer,
@@ -451,7 +450,7 @@ ${claimSet(version)}        WHERE j.id = ${version >= 16 ? probes('SELECT unnest
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
       )
-${claimedRows(version, v19 ? '$3' : 'NULL::bigint')}      ORDER BY array_position($1, m.id)
+${claimedRows(version, v19 ? '$3' : undefined)}      ORDER BY array_position($1, m.id)
       $q$ USING v_ids, p_worker, ${now}, v_rated;
     END IF;
     IF v_wake IS NOT NULL THEN

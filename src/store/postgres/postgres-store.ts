@@ -366,10 +366,11 @@ export class PostgresStore implements Store {
     let wakeAt: number | undefined;
     for (const r of rows) {
       // One row with every applied ordinal (claim_cycle, migration 15; worker_cycle), then the claimed jobs.
+      // The last column: the wake row's time, or a job's claim time when a rate limit moved it past `now` (migration 19).
+      const last = r[r.length - 1];
       if (r[0] !== null) for (const o of r[0] as number[]) markApplied(o, applied, deleted);
-      else if (r[1] === null) wakeAt = Number(r[r.length - 1]);
-      // A job's row may carry the claim's time last, when a rate limit moved it past `now` (migration 19).
-      else jobs.push(claimedRowToJob(r, 1, claim.workerId, r[r.length - 1] === null ? now : Number(r[r.length - 1])));
+      else if (r[1] === null) wakeAt = Number(last);
+      else jobs.push(claimedRowToJob(r, 1, claim.workerId, last === null ? now : Number(last)));
     }
     return wakeAt === undefined ? { applied, jobs, deleted } : { applied, jobs, deleted, wakeAt };
   }

@@ -250,7 +250,7 @@ export class SqliteClaimOps {
    *
    * The window ends at `at`, the latest of the claim's time and the type's last logged start: a
    * clock that went back (or a claim whose time was read before it waited, as PostgreSQL's can,
-   * claim-sql.ts RATE_WINDOW) must not count a window whose older starts a later one deleted.
+   * postgres/claim-rate-sql.ts) must not count a window whose older starts a later one deleted.
    * The claim then starts its jobs at `at`.
    */
   private rateRoom(type: string, rate: { max: number; perMs: number }, now: number): { room: number; wakeAt: number | undefined; at: number } {
