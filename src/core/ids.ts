@@ -72,6 +72,14 @@ export function isUuid(value: unknown): value is string {
   return true;
 }
 
+/**
+ * Ids in code-unit order: for canonical (lower-case) UUIDs the order of PostgreSQL's uuid and of
+ * SQLite's text, in which stores lock rows and sort the queue's ties.
+ */
+export function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
 /** The millisecond timestamp a UUIDv7 carries. */
 export function uuidv7Time(id: string): number {
   return Number.parseInt(id.slice(0, 8) + id.slice(9, 13), 16);

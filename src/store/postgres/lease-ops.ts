@@ -4,7 +4,7 @@
  * only while the caller's lease is the job's current one (state running).
  */
 import type pg from 'pg';
-import { isUuid } from '../../core/ids.js';
+import { compareIds, isUuid } from '../../core/ids.js';
 import type { Checkpoint } from '../../core/job.js';
 import type { Progress } from '../../core/progress.js';
 import type { HeartbeatResult, LeaseRef } from '../store.js';
@@ -58,9 +58,7 @@ export class PgLeaseOps {
 
   async heartbeat(params: { items: LeaseRef[]; now: number }): Promise<HeartbeatResult[]> {
     if (params.items.length === 0) return [];
-    const refs = [...new Map(params.items.filter((i) => isUuid(i.id)).map((i) => [leaseKey(i.id, i.lease), i])).values()].sort((a, b) =>
-      a.id < b.id ? -1 : a.id > b.id ? 1 : 0,
-    );
+    const refs = [...new Map(params.items.filter((i) => isUuid(i.id)).map((i) => [leaseKey(i.id, i.lease), i])).values()].sort((a, b) => compareIds(a.id, b.id));
     const held = new Map<string, { cancelRequested: boolean; cancelReason: string | null }>();
     if (refs.length > 0) {
       const rows = await this.rows('heartbeat', this.sql.heartbeat, [refs.map((r) => r.id), refs.map((r) => r.lease), params.now]);

@@ -27,7 +27,7 @@ function indexOf(columns: readonly string[]): Index {
 const FULL = indexOf(COLUMNS);
 
 /**
- * What a claimed row of worker_cycle leaves out (claim-sql.ts claimedRows, version 18): what the
+ * What a claimed row of worker_cycle leaves out (claim-rows-sql.ts claimedRows, version 18): what the
  * claim set (running, the worker, started and heartbeat at the claim's time, not stalled) and a
  * waiting job's wait. The other columns come in JOB_COLUMNS order.
  */

@@ -3,7 +3,7 @@
  * JSON that the SQL function apply_transitions reads (schema.ts). Shared by the store and its
  * workflow operations (workflow-ops.ts), which write their state changes the same way.
  */
-import { isUuid } from '../../core/ids.js';
+import { compareIds, isUuid } from '../../core/ids.js';
 import { assertTransition } from '../../core/states.js';
 import type { TransitionParams } from '../store.js';
 
@@ -81,7 +81,7 @@ export function encodeTransitions(items: readonly TransitionParams[], skip?: rea
     e.m = m;
     out.push(e);
   });
-  out.sort((a, b) => a.r - b.r || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  out.sort((a, b) => a.r - b.r || compareIds(a.id, b.id));
   return { json: JSON.stringify(out), rounds };
 }
 
@@ -143,11 +143,7 @@ export function endedArrays(items: readonly TransitionParams[], workerId: string
     if (twice.size > 0) picked = picked.filter((i) => !twice.has((items[i] as TransitionParams).id));
     if (picked.length === 0) return NO_ENDED;
   }
-  picked.sort((a, b) => {
-    const x = (items[a] as TransitionParams).id;
-    const y = (items[b] as TransitionParams).id;
-    return x < y ? -1 : x > y ? 1 : 0;
-  });
+  picked.sort((a, b) => compareIds((items[a] as TransitionParams).id, (items[b] as TransitionParams).id));
   const skip = new Array<boolean>(items.length).fill(false);
   const id: string[] = [];
   const lease: number[] = [];

@@ -7,6 +7,7 @@
  */
 import type { JobError } from '../../core/errors.js';
 import { type JobRecord, priorityName, priorityRank } from '../../core/job.js';
+import { compareIds } from '../../core/ids.js';
 import { EMPTY_PROGRESS, type Progress } from '../../core/progress.js';
 import type { JobState } from '../../core/states.js';
 import type { WorkflowState } from '../../core/workflow.js';
@@ -76,5 +77,5 @@ export function jobsFromRows(rows: readonly unknown[]): JobRecord[] {
 export function queueOrder(a: JobRecord, b: JobRecord): number {
   if (a.priority !== b.priority) return priorityRank(a.priority) - priorityRank(b.priority);
   if (a.runAt !== b.runAt) return a.runAt - b.runAt;
-  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+  return compareIds(a.id, b.id);
 }
