@@ -3,7 +3,7 @@
  * (targets: throughput ≥ Graphile Worker's in the same run, latency p50 ≤ 3 ms, p99 ≤ 10 ms).
  *
  *   node --import tsx bench/pg-throughput.ts [--jobs 10000] [--concurrency 10,50] [--runs 3]
- *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--lib dist] [--cpu] [--timeline]
+ *        [--chunk 1000] [--latency 2000] [--warmup 200] [--no-sweeper] [--no-channel] [--peer] [--lib dist] [--cpu] [--timeline]
  *        [--pg postgres://postgres@127.0.0.1:5432/postgres]
  *
  * For each run and each concurrency, on a fresh database (CREATE DATABASE, dropped after):
@@ -23,6 +23,7 @@
  *
  * Prints a table, then one JSON line (the last line of stdout) for bench/run-pg-all.ts.
  */
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -42,6 +43,9 @@ const SWEEPER = !boolFlag('no-sweeper');
 const RETENTION = strFlag('retention');
 // The NOTIFY event relay (on by default on PostgreSQL, what a multi-process deployment needs); --no-channel: off.
 const CHANNEL = !boolFlag('no-channel');
+// A lone process relays nothing (it counts no other process listening); `--peer` runs one: a
+// child process LISTENing on the relay's channel, as an API server would, so every event is relayed.
+const PEER = boolFlag('peer');
 const LIB = strFlag('lib');
 /** Also print the CPU time per job of this process and of the database's server processes (same machine only). */
 const CPU = boolFlag('cpu');
@@ -66,7 +70,26 @@ function chunks(): { type: string; input: { n: number } }[][] {
   return out;
 }
 
+/**
+ * Another process listening on the relay's channel (`--peer`), named like a Longhaul process's
+ * LISTEN connection: the relay then publishes every event. It drops what it hears.
+ */
+async function listeningPeer(url: string): Promise<() => void> {
+  const code = `import pg from 'pg';
+    const c = new pg.Client({ connectionString: process.argv[1], application_name: 'lhbench-peer:listen' });
+    await c.connect();
+    await c.query('LISTEN longhaul_events');
+    console.log('listening');`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code, url], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.on('data', (d: Buffer) => d.toString().includes('listening') && resolve());
+    child.once('exit', (code) => reject(new Error(`the listening peer exited (${code})`)));
+  });
+  return () => child.kill();
+}
+
 async function throughputRun(url: string, concurrency: number): Promise<{ enqueuePerSec: number; processedPerSec: number }> {
+  const stopPeer = PEER ? await listeningPeer(url) : () => undefined;
   const lh = await Longhaul.open({
     database: url,
     tasks: [noop],
@@ -108,6 +131,7 @@ async function throughputRun(url: string, concurrency: number): Promise<{ enqueu
     return { enqueuePerSec: JOBS / (enqueueMs / 1000), processedPerSec: JOBS / (processMs / 1000) };
   } finally {
     await lh.close();
+    stopPeer();
   }
 }
 
@@ -123,7 +147,9 @@ function latency(url: string): Promise<number[]> {
 
 const notes: string[] = [];
 notes.push(loadNote('at start', process.env.BENCH_RUN_ALL !== '1'));
-notes.push(`Node ${process.version}, pg ${packageVersion(import.meta.url, 'pg')}, sweeper ${SWEEPER ? 'on' : 'off'}, event relay ${CHANNEL ? 'NOTIFY' : 'off'}, ${RETENTION === undefined ? 'full job history kept' : `retention succeeded ${RETENTION}: processed timed until the table is empty`}`);
+notes.push(
+  `Node ${process.version}, pg ${packageVersion(import.meta.url, 'pg')}, sweeper ${SWEEPER ? 'on' : 'off'}, event relay ${CHANNEL ? (PEER ? 'NOTIFY with a listening peer process' : 'NOTIFY (lone process: nothing published)') : 'off'}, ${RETENTION === undefined ? 'full job history kept' : `retention succeeded ${RETENTION}: processed timed until the table is empty`}`,
+);
 notes.push(await serverNote());
 notes.push(
   LIB === undefined

@@ -9,7 +9,8 @@
  * (default at most one message per 100 ms, latest wins) and a held progress is sent before a
  * state change of the same job, so other processes never see progress after the change.
  * Job changes are grouped per event-loop turn: the same change of many jobs travels as one
- * `jobs:changed` message and arrives as one `job:changed` per job, in order.
+ * `jobs:changed` message and arrives as one `job:changed` per job, in order. While the channel
+ * knows that no other process listens (`Channel.hasPeers`), nothing is sent.
  */
 import { randomUUID } from 'node:crypto';
 import type { Progress } from '../core/progress.js';
@@ -117,9 +118,12 @@ export function connectBus(bus: JobBus, channel: Channel, options: ConnectBusOpt
     publish('job:progress', { id: p.id, tenant: p.tenant, progress: p.progress }),
   );
 
+  // A channel that knows nobody else listens (a lone process) is given nothing: the events are
+  // not even grouped.
+  const peers = channel.hasPeers?.bind(channel) ?? (() => true);
   const local = <K extends JobEventName>(event: K, fn: (payload: JobEvents[K]) => void) =>
     bus.on(event, (payload) => {
-      if (!closed && !relayed.has(payload)) fn(payload);
+      if (!closed && !relayed.has(payload) && peers()) fn(payload);
     });
   const offs = [
     local('job:submitted', ({ job }) => publish('job:submitted', { id: job.id, tenant: job.tenant, type: job.type, state: job.state })),

@@ -62,6 +62,12 @@ export interface Channel {
    * caller: failures are logged and the event is dropped (the store stays the truth).
    */
   publish(envelope: Envelope): void;
+  /**
+   * False while the transport knows that no other process receives what this one publishes (a
+   * lone process): the bridge then publishes nothing, and publish() drops what it is given.
+   * Absent, or true (also when the transport cannot tell): every event is published.
+   */
+  hasPeers?(): boolean;
   /** Delivers received events to `handlers` (connecting first if not yet done). Returns an unsubscribe. */
   subscribe(handlers: ChannelHandlers): () => void;
   /** Resolves once the channel receives (first connection up). Does not time out by itself. */

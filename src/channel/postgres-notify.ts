@@ -15,9 +15,24 @@
  *   `maxQueued` events wait; older ones are dropped first.
  * - Size: a NOTIFY payload must stay under 8000 bytes. Events are sent slim (see wire.ts);
  *   a progress that does not fit travels as null and receivers read it from the store.
+ * - Peers: a lone process has nobody to relay to. Every `peerCheckMs` (1 s) the channel counts
+ *   the other LISTEN connections of Longhaul processes on the database (pg_stat_activity rows
+ *   whose application_name ends in `:listen` or `:events`, the names Longhaul gives them; the
+ *   column is visible to every role). While it counts none, nothing is published
+ *   (`hasPeers()` is false): a worker alone on its database pays nothing for the relay. When a
+ *   count fails, or before the first one, everything is published.
+ *   - Joining: each time a channel starts listening (first and after every reconnect) it says
+ *     so on the `longhaul_peers` NOTIFY channel, which every counting channel also hears: a
+ *     lone process starts publishing one round trip after a newcomer listens, not at its next
+ *     count. Events it published before hearing that are lost to the newcomer (watches cover
+ *     them with their safety read).
+ *   - Leaving: once peers were seen, they are forgotten only after FORGET_AFTER counts in a
+ *     row find none, so a listener that reconnects (a restart of its connection, a database
+ *     blip) is not left without events meanwhile.
  */
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { CHANNEL_NAME, ListenConnection, type ListenSubscriber } from '../postgres/listen-connection.js';
+import { CHANNEL_NAME, EVENTS_NAME_SUFFIX, LISTEN_NAME_SUFFIX, ListenConnection, type ListenSubscriber } from '../postgres/listen-connection.js';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
 import { deliverMessage } from './deliver.js';
 import { encodeWithin } from './wire.js';
@@ -25,6 +40,18 @@ import { encodeWithin } from './wire.js';
 /** PostgreSQL refuses payloads of 8000 bytes or more; keep a margin. */
 export const NOTIFY_MAX_BYTES = 7900;
 const BATCH = 256;
+/** Where channels announce that they listen (see the file's header); its payload is the channel's id. */
+export const PEERS_CHANNEL = 'longhaul_peers';
+/** Counts in a row that must find no peer before peers once seen are forgotten. */
+export const FORGET_AFTER = 3;
+
+/**
+ * The other processes' LISTEN connections on this database: Longhaul names them
+ * `<name>:listen` or `<name>:events` (see listen-connection.ts). $1: this channel's own.
+ */
+const PEERS_SQL = `SELECT count(*)::integer AS n FROM pg_stat_activity
+  WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid()
+    AND (right(application_name, ${LISTEN_NAME_SUFFIX.length}) = '${LISTEN_NAME_SUFFIX}' OR right(application_name, ${EVENTS_NAME_SUFFIX.length}) = '${EVENTS_NAME_SUFFIX}')`;
 
 export interface PostgresNotifyOptions {
   connectionString: string;
@@ -41,6 +68,11 @@ export interface PostgresNotifyOptions {
   applicationName?: string;
   /** Events waiting while the database is unreachable. Default 10 000. */
   maxQueued?: number;
+  /**
+   * How often to count the other processes listening (see the file's header); while there are
+   * none, nothing is published. Default 1000 ms; 0: never count, always publish.
+   */
+  peerCheckMs?: number;
   /** Reconnect delays of the channel's own listener: doubling from minMs up to maxMs, each with jitter. Default 100 / 5000. */
   reconnect?: { minMs?: number; maxMs?: number };
   logger?: ChannelLogger;
@@ -59,6 +91,17 @@ export class PostgresNotifyChannel implements Channel {
   private flushScheduled = false;
   private droppedSinceWarn = 0;
   private lastWarnAt = 0;
+  private readonly peerCheckMs: number;
+  /** Whether another process listens: 'unknown' before the first count or after a failed one (publish). */
+  private peers: 'unknown' | 'present' | 'absent' = 'unknown';
+  /** Counts in a row that found no peer, and whether any peer was ever seen (see FORGET_AFTER). */
+  private emptyCounts = 0;
+  private peersSeen = false;
+  private peerTimer: NodeJS.Timeout | null = null;
+  private countingPeers = false;
+  private unlistenPeers: (() => void) | null = null;
+  /** This channel's id in its `longhaul_peers` announcements (its own come back to it). */
+  private readonly id = randomUUID();
 
   private readonly listenConnection: ListenConnection;
   private readonly ownsListen: boolean;
@@ -74,7 +117,10 @@ export class PostgresNotifyChannel implements Channel {
   constructor(options: PostgresNotifyOptions) {
     this.channel = options.channel ?? 'longhaul_events';
     if (!CHANNEL_NAME.test(this.channel)) throw new Error(`invalid NOTIFY channel name "${this.channel}": use lower-case letters, digits and _ (at most 63)`);
+    if (this.channel === PEERS_CHANNEL) throw new Error(`the NOTIFY channel name "${PEERS_CHANNEL}" is reserved (processes announce themselves on it)`);
     this.maxQueued = options.maxQueued ?? 10_000;
+    this.peerCheckMs = options.peerCheckMs ?? 1000;
+    if (!(Number.isInteger(this.peerCheckMs) && this.peerCheckMs >= 0)) throw new Error('peerCheckMs must be a non-negative integer');
     this.logger = options.logger;
     this.ownsPool = options.pool === undefined;
     this.pool =
@@ -102,7 +148,7 @@ export class PostgresNotifyChannel implements Channel {
     this.listenConnection =
       options.listen ??
       new ListenConnection(
-        { connectionString: options.connectionString, application_name: `${options.applicationName ?? 'longhaul'}:events`, keepAlive: true },
+        { connectionString: options.connectionString, application_name: `${options.applicationName ?? 'longhaul'}${EVENTS_NAME_SUFFIX}`, keepAlive: true },
         this.logger,
         options.reconnect,
       );
@@ -118,8 +164,17 @@ export class PostgresNotifyChannel implements Channel {
     return this.listening ? this.listenConnection.backendPid : null;
   }
 
+  hasPeers(): boolean {
+    return this.peers !== 'absent';
+  }
+
+  /** Whether another process listens, as last counted or heard ('unknown': not counted yet, or the count failed). */
+  get peerState(): 'unknown' | 'present' | 'absent' {
+    return this.peers;
+  }
+
   publish(envelope: Envelope): void {
-    if (this.closed) return;
+    if (this.closed || this.peers === 'absent') return;
     const text = encodeWithin(envelope, NOTIFY_MAX_BYTES);
     if (text === null) {
       this.logger?.warn({ event: envelope.event }, 'event too large for NOTIFY even in its slim form; not relayed');
@@ -153,6 +208,9 @@ export class PostgresNotifyChannel implements Channel {
     if (this.closed) return;
     this.closed = true;
     this.failUp(new Error('the events channel was closed before it connected'));
+    if (this.peerTimer) clearInterval(this.peerTimer);
+    this.peerTimer = null;
+    this.unlistenPeers?.();
     this.unlisten?.();
     this.up = false;
     // What was published before close still goes out.
@@ -199,10 +257,65 @@ export class PostgresNotifyChannel implements Channel {
     this.droppedSinceWarn = 0;
   }
 
+  // ---- peers ------------------------------------------------------------------------------
+
+  /** Hears the other processes announce themselves: on the same connection, listening from the same moment as the events. */
+  private listenForPeers(): void {
+    if (this.peerCheckMs === 0 || this.unlistenPeers || this.closed) return;
+    try {
+      this.unlistenPeers = this.listenConnection.listen(PEERS_CHANNEL, {
+        notification: (payload) => {
+          if (payload !== this.id) this.peerFound();
+        },
+        up: () => undefined,
+        down: () => undefined,
+      });
+    } catch {
+      // A shared connection closed under the channel: nothing to hear.
+    }
+  }
+
+  /** From the first time the channel listens: counts now, then every peerCheckMs. */
+  private startPeerChecks(): void {
+    if (this.peerCheckMs === 0 || this.peerTimer || this.closed) return;
+    this.peerTimer = setInterval(() => void this.countPeers(), this.peerCheckMs);
+    this.peerTimer.unref?.();
+    void this.countPeers();
+  }
+
+  private async countPeers(): Promise<void> {
+    // Only while listening: this channel's own connection is then known and left out of the count.
+    if (this.countingPeers || this.closed || !this.up) return;
+    this.countingPeers = true;
+    try {
+      const { rows } = await this.pool.query<{ n: number }>(PEERS_SQL, [this.listenConnection.backendPid ?? 0]);
+      if ((rows[0]?.n ?? 1) > 0) this.peerFound();
+      else if (++this.emptyCounts >= (this.peersSeen ? FORGET_AFTER : 1)) this.peers = 'absent';
+    } catch {
+      // Not known (the database is unreachable, say): publish, as before any count.
+      this.peers = 'unknown';
+      this.emptyCounts = 0;
+    } finally {
+      this.countingPeers = false;
+    }
+  }
+
+  private peerFound(): void {
+    this.peers = 'present';
+    this.peersSeen = true;
+    this.emptyCounts = 0;
+  }
+
+  /** Tells the counting channels of other processes that this one listens (again). */
+  private announce(): void {
+    this.pool.query('SELECT pg_notify($1, $2)', [PEERS_CHANNEL, this.id]).catch(() => undefined);
+  }
+
   // ---- receiving --------------------------------------------------------------------------
 
   private start(): void {
     if (this.unlisten || this.closed) return;
+    this.listenForPeers();
     try {
       this.unlisten = this.listenConnection.listen(this.channel, this.subscriber());
     } catch (err) {
@@ -216,6 +329,8 @@ export class PostgresNotifyChannel implements Channel {
       notification: (payload) => this.deliver(payload),
       up: () => {
         this.up = true;
+        this.startPeerChecks();
+        this.announce();
         this.markUp();
         if (this.missed) {
           this.missed = false;

@@ -25,6 +25,14 @@ export interface ListenSubscriber {
   down(): void;
 }
 
+/**
+ * How Longhaul names its LISTEN connections' application_name: `<name>:listen` (the store's,
+ * shared with the event relay) and `<name>:events` (a relay's own). The NOTIFY relay counts
+ * the connections so named to tell whether any other process listens (postgres-notify.ts).
+ */
+export const LISTEN_NAME_SUFFIX = ':listen';
+export const EVENTS_NAME_SUFFIX = ':events';
+
 /** A channel name we are willing to quote into LISTEN / UNLISTEN. */
 export const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -35,6 +43,8 @@ export class ListenConnection {
   private closed = false;
   private failures = 0;
   private retryTimer: NodeJS.Timeout | null = null;
+  /** The connection's statements, one after the other (pg refuses to queue them itself from v9). */
+  private statements: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly config: pg.ClientConfig,
@@ -70,7 +80,7 @@ export class ListenConnection {
     if (client && fresh) {
       // Subscribers of a channel the connection does not listen on yet hear `up` once it does;
       // a failure here drops the connection, and the reconnect listens on every channel.
-      client.query(`LISTEN "${channel}"`).then(
+      this.send(client, `LISTEN "${channel}"`).then(
         () => {
           if (this.client === client && set.has(subscriber)) subscriber.up();
         },
@@ -86,7 +96,7 @@ export class ListenConnection {
     return () => {
       if (!set.delete(subscriber) || set.size > 0 || this.subscribers.get(channel) !== set) return;
       this.subscribers.delete(channel);
-      this.client?.query(`UNLISTEN "${channel}"`).catch(() => undefined);
+      if (this.client) this.send(this.client, `UNLISTEN "${channel}"`).catch(() => undefined);
     };
   }
 
@@ -101,6 +111,13 @@ export class ListenConnection {
       c.removeAllListeners('notification');
       await c.end().catch(() => undefined);
     }
+  }
+
+  /** Runs `sql` on `client` once the statements sent before it have settled. */
+  private send(client: pg.Client, sql: string): Promise<unknown> {
+    const run = this.statements.then(() => client.query(sql));
+    this.statements = run.catch(() => undefined);
+    return run;
   }
 
   private each(fn: (s: ListenSubscriber) => void): void {
@@ -152,10 +169,11 @@ export class ListenConnection {
         return;
       }
       this.client = client;
+      this.statements = Promise.resolve();
       this.failures = 0;
       // A channel first subscribed while LISTEN was in flight is not among `channels`.
       const late = [...this.subscribers.keys()].filter((c) => !channels.includes(c));
-      if (late.length > 0) await client.query(late.map((c) => `LISTEN "${c}"`).join('; '));
+      if (late.length > 0) await this.send(client, late.map((c) => `LISTEN "${c}"`).join('; '));
       if (this.client === client) this.each((s) => s.up());
     } catch (err) {
       if (this.client === client) {

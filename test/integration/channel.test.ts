@@ -178,6 +178,10 @@ async function pair(make: () => Channel, options: Parameters<typeof connectBus>[
   const a = side();
   const b = side();
   await Promise.all([a.channel.ready(), b.channel.ready()]);
+  // Each relay publishes once it knows another listens (at once when it hears the other announce itself).
+  for (const c of [a.channel, b.channel]) {
+    if (c instanceof PostgresNotifyChannel) await waitFor(() => c.peerState === 'present' || undefined, 'the relays to know each other');
+  }
   return {
     a,
     b,
@@ -687,7 +691,7 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
   });
 
   it('a channel on a given LISTEN connection shares it, and closing the channel leaves it open for its other channels', async () => {
-    const listen = new ListenConnection({ connectionString: db.url, application_name: 'lh-test:shared' }, undefined, { minMs: 50, maxMs: 500 });
+    const listen = new ListenConnection({ connectionString: db.url, application_name: 'lh-test:listen' }, undefined, { minMs: 50, maxMs: 500 });
     const admin = new pg.Client({ connectionString: db.url });
     await admin.connect();
     try {
@@ -720,7 +724,7 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
       // Closing the channels: the shared connection stays, UNLISTENs the relay's channel and still hears the other.
       await p.close();
       assert.ok(listen.connected, 'closing a channel leaves a given LISTEN connection open');
-      const channels = await admin.query('SELECT count(*)::integer AS n FROM pg_stat_activity WHERE application_name = $1', ['lh-test:shared']);
+      const channels = await admin.query('SELECT count(*)::integer AS n FROM pg_stat_activity WHERE application_name = $1', ['lh-test:listen']);
       assert.equal(channels.rows[0]?.n, 1, 'one shared connection');
       await admin.query('SELECT pg_notify($1, $2)', [other, 'three']);
       await waitFor(() => heard.includes('three'), 'the other channel heard after the relay left');

@@ -59,7 +59,7 @@ import { PgWebhookOps } from './webhook-ops.js';
 import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { pendingClaim } from './log-sql.js';
 import { SessionLock } from './session-lock.js';
-import { ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
+import { LISTEN_NAME_SUFFIX, ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
 import { WakeListener } from './wake-listener.js';
 import { claimTypes, capArrays } from './claim-args.js';
 import { encodeJobCursor } from '../job-cursor.js';
@@ -141,7 +141,7 @@ export class PostgresStore implements Store {
     // dies at the wrong moment (server restart) would crash the process with an unhandled
     // 'error' event. The statement in flight rejects anyway and the pool drops broken clients.
     this.pool.on('connect', (client) => client.on('error', () => undefined));
-    this.listenConnection = new ListenConnection({ ...base, application_name: `${base.application_name}:listen` }, options.logger);
+    this.listenConnection = new ListenConnection({ ...base, application_name: `${base.application_name}${LISTEN_NAME_SUFFIX}` }, options.logger);
     this.listener = new WakeListener(this.listenConnection, this.channel);
     this.sweeperLock = new SessionLock({ ...base, application_name: `${base.application_name}:sweeper` }, `${this.schema}:sweeper`, options.logger);
     this.sql = this.statements();
