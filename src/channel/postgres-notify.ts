@@ -306,9 +306,16 @@ export class PostgresNotifyChannel implements Channel {
     this.emptyCounts = 0;
   }
 
-  /** Tells the counting channels of other processes that this one listens (again). */
-  private announce(): void {
-    this.pool.query('SELECT pg_notify($1, $2)', [PEERS_CHANNEL, this.id]).catch(() => undefined);
+  /**
+   * Tells the counting channels of other processes that this one listens (again). Tried again
+   * while it fails (after an outage the pool may still hand out a connection that died), a few
+   * times over about 3 s; past that, their next counts find this one anyway.
+   */
+  private announce(attempt = 0): void {
+    this.pool.query('SELECT pg_notify($1, $2)', [PEERS_CHANNEL, this.id]).catch(() => {
+      if (this.closed || attempt >= 4) return;
+      setTimeout(() => this.up && this.announce(attempt + 1), 100 * 2 ** attempt).unref?.();
+    });
   }
 
   // ---- receiving --------------------------------------------------------------------------

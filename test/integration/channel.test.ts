@@ -589,6 +589,8 @@ describe('PostgreSQL LISTEN/NOTIFY channel', () => {
         await sleep(300); // several refused reconnect attempts
       });
       await waitFor(() => of(seenDown, 'channel:resync').length === 1, 'channel:resync after the outage', 10_000);
+      // The other side may have counted the listener gone meanwhile: it relays again once it hears it announce itself.
+      await waitFor(() => other.peerState === 'present' || undefined, 'the other side to know the listener again');
       busOther.emit('job:cancel-requested', { id: 'j', reason: 'user' });
       await waitFor(() => of(seenDown, 'job:cancel-requested').length === 1, 'events in after the outage');
       busDown.emit('jobs:promoted', { count: 2 });
