@@ -21,6 +21,7 @@ import pg from 'pg';
 import pino from 'pino';
 import { defineTask, type JobSnapshot, Longhaul, type OpenOptions, type PostgresStore } from '../../src/index.js';
 import { isRelayed } from '../../src/channel/bridge.js';
+import { PostgresNotifyChannel } from '../../src/channel/postgres-notify.js';
 import { RedisChannel } from '../../src/channel/redis.js';
 import { FeedHub } from '../../src/server/hub.js';
 import { tempDir, waitFor } from '../fixtures/process-harness.js';
@@ -80,6 +81,10 @@ async function pair(db: TestDatabase, extra: Partial<OpenOptions> = {}): Promise
   const base = { database: db.url, tasks, logger: quiet, redisUrl: '', ...extra };
   const a = await Longhaul.open(base);
   const b = await Longhaul.open(base);
+  // Each relay publishes once it knows the other listens (at once when it hears it announce itself).
+  for (const c of [a.channel, b.channel]) {
+    if (c instanceof PostgresNotifyChannel) await waitFor(() => c.peerState === 'present' || undefined, 'the relays to know each other');
+  }
   return {
     a,
     b,
