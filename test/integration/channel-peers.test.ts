@@ -24,6 +24,13 @@ async function waitFor(probe: () => boolean, what: string, timeoutMs = 5000): Pr
   }
 }
 
+/** The channel's peer counts (its pg_stat_activity statement) on `pool` get `answer`'s result; every other statement runs. */
+function answerCounts(pool: pg.Pool, answer: () => Promise<unknown>): void {
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) =>
+    typeof args[0] === 'string' && args[0].includes('pg_stat_activity') ? answer() : query(...args);
+}
+
 const change = (id: string): JobEvents['job:changed'] => ({ id, tenant: 'acme', type: 'csv.import', from: 'queued', to: 'running', reason: 'claimed' });
 
 describe('NOTIFY relay peers', () => {
@@ -141,15 +148,11 @@ describe('NOTIFY relay peers', () => {
     const answers = [0, 1, 0, 0, 0, 2, 0];
     const states: string[] = [];
     let a: PostgresNotifyChannel | undefined;
-    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-    (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
-      if (typeof args[0] === 'string' && args[0].includes('pg_stat_activity')) {
-        states.push(a?.peerState ?? 'none');
-        const n = answers.shift();
-        return n === undefined ? Promise.reject(new Error('no answer queued')) : Promise.resolve({ rows: [{ n }] });
-      }
-      return query(...args);
-    };
+    answerCounts(pool, () => {
+      states.push(a?.peerState ?? 'none');
+      const n = answers.shift();
+      return n === undefined ? Promise.reject(new Error('no answer queued')) : Promise.resolve({ rows: [{ n }] });
+    });
     a = new PostgresNotifyChannel({ connectionString: db.url, channel: name, pool, peerCheckMs: 30 });
     try {
       await a.ready();
@@ -195,15 +198,11 @@ describe('NOTIFY relay peers', () => {
     const tap = await wireTap(name);
     const pool = new pg.Pool({ connectionString: db.url, max: 2 });
     let counts = 0;
-    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
     // The count fails (say, a role refused pg_stat_activity); the NOTIFYs go through.
-    (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
-      if (typeof args[0] === 'string' && args[0].includes('pg_stat_activity')) {
-        counts++;
-        return Promise.reject(new Error('permission denied'));
-      }
-      return query(...args);
-    };
+    answerCounts(pool, () => {
+      counts++;
+      return Promise.reject(new Error('permission denied'));
+    });
     const a = side(() => new PostgresNotifyChannel({ connectionString: db.url, channel: name, pool, peerCheckMs: 50 }));
     try {
       await a.channel.ready();
