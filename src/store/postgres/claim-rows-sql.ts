@@ -2,6 +2,7 @@
  * What the worker's claim function returns per claimed job (claim-sql.ts claimFunction): its
  * result columns, and the select of the claimed rows, per migration. rows.ts reads them.
  */
+import { progressProbe } from './claim-count-sql.js';
 
 /**
  * Columns the claim returns per job (and per applied transition, with only `applied` set; from
@@ -40,7 +41,7 @@ export const claimedRows = (version: number, at = 'NULL::bigint') =>
         m.cancel_requested_at, m.parent_id, m.created_at, m.finished_at,
         m.updated_at, m.run_at, m.expires_at, m.timeout_ms, m.heartbeat_timeout_ms,
         m.stall_timeout_ms, m.result_ttl_ms, m.checkpoint::text, m.idempotency_key,
-        m.workflow::text, m.children_total, (SELECT p.data::text FROM {s}.progress p WHERE p.job_id = m.id), ${at}
+        m.workflow::text, m.children_total, ${progressProbe(version, 'm', 'data::text', 'm.lease - 1')}, ${at}
       FROM moved m
 `
     : `      SELECT NULL::${version >= 15 ? 'integer[]' : 'integer'}, m.id, m.tenant, m.type, m.state, m.priority, m.input::text, m.metadata::text, m.result::text, m.error::text,

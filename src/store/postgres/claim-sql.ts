@@ -18,6 +18,7 @@
  * follows it), then one ordered scan, as before.
  */
 import { claimNow, rateRoom } from './claim-rate-sql.js';
+import { claimCounted, countedCte, progressProbe } from './claim-count-sql.js';
 import { claimedRows, returns } from './claim-rows-sql.js';
 import { logAppendFixed } from './log-sql.js';
 
@@ -187,7 +188,7 @@ const claimSet = (version: number, worker = '$2', now = '$3') => `        SET st
             heartbeat_at = ${now},
             stalled = false,
             ${version >= 16 ? 'claim_logged = false' : `log = ${logAppendFixed('queued', 'running', now, 'claimed', 'j.attempts + 1', worker)}`},
-            updated_at = greatest(${now}, j.updated_at + 1, coalesce((SELECT p.updated_at FROM {s}.progress p WHERE p.job_id = j.id), 0) + 1)
+            updated_at = greatest(${now}, j.updated_at + 1, coalesce(${progressProbe(version, 'j', 'updated_at', 'j.lease')}, 0) + 1)
 `;
 
 /**
@@ -208,6 +209,8 @@ const fastClaim = (version: number) => {
   // Version 17: a static statement, planned once per session (the function's generic plans) under
   // the settings set just before it; versions 12-16 planned it at every call (EXECUTE).
   const cached = version >= 17;
+  // Version 20: the statement appends its own change to job_changes (claim-count-sql.ts).
+  const counts = version >= 20;
   const [type, worker, now, tenant, room] = cached ? ['p_types[v_t]', 'p_worker', 'p_now', 'v_group', 'v_room'] : ['$1', '$2', '$3', '$4', '$5'];
   return `    IF v_fast THEN
       -- Without sorts: the queue index gives the order. Row estimates are often wrong here (a
@@ -216,7 +219,7 @@ const fastClaim = (version: number) => {
       -- cost the planner gives a plan it may not sort would pass jit_above_cost (0.5 s to compile).
       v_sort := current_setting('enable_sort');
       v_jit := current_setting('jit');
-      PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
+      PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true)${counts ? `, ${claimCounted(true)}` : ''};
       RETURN QUERY${cached ? '' : ' EXECUTE $q$'}
       WITH picked AS (
         SELECT j.id FROM {s}.jobs j
@@ -229,14 +232,14 @@ const fastClaim = (version: number) => {
 ${claimSet(version, worker, now)}${version >= 16 ? `        WHERE j.id = ${probes('SELECT picked.id FROM picked')}` : `        FROM picked
         WHERE j.id = picked.id`}
         RETURNING j.*
-      )
+${counts ? countedCte : ''}      )
 ${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id${
         cached
           ? ';'
           : `
       $q$ USING p_types[v_t], p_worker, p_now, v_group, v_room;`
       }
-      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true);
+      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true)${counts ? `, ${claimCounted(false)}` : ''};
     END IF;
 `;
 };
@@ -312,12 +315,13 @@ export function claimPrologue(oneRow: boolean, ended = false): string {
  * replaces worker_cycle in place (the same arguments and columns): a rate-limited claim's time is
  * never before the type's last logged start (claim-rate-sql.ts).
  */
-export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18 | 19): string {
+export function claimFunction(version: 6 | 10 | 12 | 15 | 16 | 17 | 18 | 19 | 20): string {
   const v10 = version >= 10;
   const v12 = version >= 12;
   const v15 = version >= 15;
   const v18 = version >= 18;
   const v19 = version >= 19;
+  const v20 = version >= 20;
   const name = v18 ? 'worker_cycle' : v15 ? 'claim_cycle' : 'complete_and_claim';
   const now = claimNow(v19);
   const ended = v18 ? 'p_ended_ids uuid[], p_ended_leases integer[], p_ended_ords integer[], p_ended_ats bigint[], p_ended_expires bigint[], p_ended_results text[], ' : '';
@@ -442,16 +446,18 @@ ${v12 ? headsPasses(12) : v10 ? headsPasses(10) : V6_HEADS}    IF v_ids IS NULL 
 ${v12 ? fastClaim(version) : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
       -- The claim by primary key, planned for each call (EXECUTE; see migration 3), and the
       -- starts of rate-limited types logged in the same statement.
-      RETURN QUERY EXECUTE $q$
+${v20 ? `      PERFORM ${claimCounted(true)};
+` : ''}      RETURN QUERY EXECUTE $q$
       WITH moved AS (
         UPDATE {s}.jobs j
 ${claimSet(version)}        WHERE j.id = ${version >= 16 ? probes('SELECT unnest($1)') : 'ANY($1)'}${v10 ? '' : " AND j.state = 'queued'"}
         RETURNING j.*
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
-      )
+${v20 ? countedCte : ''}      )
 ${claimedRows(version, v19 ? '$3' : undefined)}      ORDER BY array_position($1, m.id)
-      $q$ USING v_ids, p_worker, ${now}, v_rated;
+      $q$ USING v_ids, p_worker, ${now}, v_rated;${v20 ? `
+      PERFORM ${claimCounted(false)};` : ''}
     END IF;
     IF v_wake IS NOT NULL THEN
       wake_at := v_wake;

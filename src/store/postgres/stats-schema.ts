@@ -17,6 +17,7 @@
  */
 import { durationBucketSql } from '../../core/stats-window.js';
 import { ZOMBIE_REASONS } from '../../core/transitions.js';
+import { CLAIM_COUNTED } from './claim-count-sql.js';
 
 const ENDED_WITH_TIME = (r: string) => `${r}.started_at IS NOT NULL AND ${r}.state IN ('succeeded', 'failed', 'expired')`;
 const bucket = (r: string) => durationBucketSql(`${r}.finished_at - ${r}.started_at`, 'postgres');
@@ -162,24 +163,21 @@ export const STATS_MIGRATION = `
  */
 const second = (col: string) => `${col} / 1000 * 1000`;
 
-export const STATS_BATCH_MIGRATION = `
-  ALTER TABLE {s}.job_changes ADD COLUMN n integer NOT NULL DEFAULT 1;
+const SKIP_COUNTED_CLAIM = `    -- The worker's claim appends its own change (claim-count-sql.ts).
+    IF current_setting('${CLAIM_COUNTED}', true) = 'on' THEN
+      RETURN NULL;
+    END IF;
+`;
 
-  CREATE OR REPLACE FUNCTION {s}.jobs_stats_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+/**
+ * The update trigger's function: the changes of a statement's rows grouped, as STATS_BATCH_MIGRATION
+ * created it; from migration 20 (`claimCounts`) it does nothing for a claim, which appends its own
+ * change (claim-count-sql.ts).
+ */
+export function statsUpdateFunction(claimCounts: boolean): string {
+  return `  CREATE OR REPLACE FUNCTION {s}.jobs_stats_update() RETURNS trigger LANGUAGE plpgsql SET enable_nestloop = off AS $$
   BEGIN
-    INSERT INTO {s}.job_changes (tenant, type, old_state, new_state, submitted_at, finished_at, bucket, n)
-    SELECT n.tenant, n.type, NULL, n.state, ${second('n.created_at')}, ${second('n.finished_at')},
-      CASE WHEN n.finished_at IS NOT NULL AND ${ENDED_WITH_TIME('n')} THEN ${bucket('n')} END, count(*)
-    FROM new_rows n GROUP BY 1, 2, 4, 5, 6, 7;
-    RETURN NULL;
-  END $$;
-
-  DROP TRIGGER jobs_stats_update ON {s}.jobs;
-  -- No nested loop: the end rows join old to new by id, and a plan made for a few rows must not
-  -- compare every pair when a statement changes thousands.
-  CREATE OR REPLACE FUNCTION {s}.jobs_stats_update() RETURNS trigger LANGUAGE plpgsql SET enable_nestloop = off AS $$
-  BEGIN
-    -- A statement trigger runs for statements that changed no row too (the claim's promote_due, mostly).
+${claimCounts ? SKIP_COUNTED_CLAIM : ''}    -- A statement trigger runs for statements that changed no row too (the claim's promote_due, mostly).
     IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
       RETURN NULL;
     END IF;
@@ -199,7 +197,25 @@ export const STATS_BATCH_MIGRATION = `
     GROUP BY 1, 2, 6, 7;
     RETURN NULL;
   END $$;
-  CREATE TRIGGER jobs_stats_update AFTER UPDATE ON {s}.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+`;
+}
+
+export const STATS_BATCH_MIGRATION = `
+  ALTER TABLE {s}.job_changes ADD COLUMN n integer NOT NULL DEFAULT 1;
+
+  CREATE OR REPLACE FUNCTION {s}.jobs_stats_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    INSERT INTO {s}.job_changes (tenant, type, old_state, new_state, submitted_at, finished_at, bucket, n)
+    SELECT n.tenant, n.type, NULL, n.state, ${second('n.created_at')}, ${second('n.finished_at')},
+      CASE WHEN n.finished_at IS NOT NULL AND ${ENDED_WITH_TIME('n')} THEN ${bucket('n')} END, count(*)
+    FROM new_rows n GROUP BY 1, 2, 4, 5, 6, 7;
+    RETURN NULL;
+  END $$;
+
+  DROP TRIGGER jobs_stats_update ON {s}.jobs;
+  -- No nested loop: the end rows join old to new by id, and a plan made for a few rows must not
+  -- compare every pair when a statement changes thousands.
+${statsUpdateFunction(false)}  CREATE TRIGGER jobs_stats_update AFTER UPDATE ON {s}.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {s}.jobs_stats_update();
 
   CREATE OR REPLACE FUNCTION {s}.jobs_stats_delete() RETURNS trigger LANGUAGE plpgsql AS $$
