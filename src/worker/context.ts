@@ -152,65 +152,63 @@ export class HandlerContexts {
   }
 
   private build(active: Active, useCheckpoint: boolean): TaskContext {
-    const { job, task, abortState } = active;
-    const { store, clock, files } = this.o;
-    const checkpoint = new CheckpointView(
-      useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined,
-      async (data: unknown) => {
-        // The user's data: refused (the handler sees why), never changed, when no store could keep it.
-        const at = findUnstorableInValue(data, 'checkpoint');
-        if (at) throw new FatalError(unstorableMessage(at), { code: 'UNSTORABLE_CHECKPOINT' });
-        const ok = await this.retryWrites(active)('checkpoint', () =>
-          store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: clock() }),
-        );
-        if (!ok) {
-          abortState.abort('lease-lost');
-          throw new LeaseLostError(job.id);
-        }
-      },
-    );
-    const parentLog = this.o.log;
-    return new AttemptContext(active, checkpoint, {
-      progress: (update) => this.reporterOf(active).update(update),
-      stage: async (name, fn) => {
-        this.reporterOf(active).update({ stage: name });
-        const wf = this.workflowOf(active);
-        const key = `ctx:${name}`;
-        const saved = wf.journal.stages[key];
-        if (saved) return saved.output as Awaited<ReturnType<typeof fn>>;
-        const value = await wf.inScope(key, async () => await fn());
-        // Saved only when the store can keep it as it is; otherwise the step runs again next time.
-        const stored = storedResult(value);
-        if (stored.ok && (value === undefined || isDeepJson(value, stored.value))) {
-          wf.journal.stages[key] = { output: stored.value };
-          await wf.save();
-        }
-        return value;
-      },
-      spawn: (children, options) => this.workflowOf(active).spawn(children, options?.failurePolicy ?? 'fail-fast'),
-      sleep: (ms) => {
-        if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) return Promise.reject(new TypeError('sleep needs a non-negative number of ms'));
-        const wf = this.workflowOf(active);
-        return wf.sleepUntil(clock() + ms);
-      },
-      sleepUntil: (time) => this.workflowOf(active).sleepUntil(new Date(time).getTime()),
-      waitFor: async <T>(name: string, options?: { timeoutMs?: number }) => (await this.workflowOf(active).waitFor(name, options?.timeoutMs)) as T,
-      // A child logger per job costs more than a no-op job: made on first use, like the rest.
-      log: () => parentLog.child(jobLogFields(job)),
-      children: () => childrenView(store, job),
-      // Made on first use, fenced by this attempt's lease: a refused record aborts the attempt.
-      results: () =>
-        files
-          ? files.results(
-              { id: job.id, lease: job.lease },
-              () => abortState.abort('lease-lost'),
-              this.retryWrites(active),
-            )
-          : NO_RESULTS,
-      uploads: () => (files ? files.uploads(job.tenant) : NO_UPLOADS),
-    });
+    const { job, task } = active;
+    const saved = useCheckpoint && job.checkpoint && !job.checkpoint.corrupt && job.checkpoint.version === task.checkpointVersion ? job.checkpoint.data : undefined;
+    return new AttemptContext(active, saved, this.parts);
   }
 
+  /** What every ctx does, for the attempt it is given: one object per worker, not closures per job. */
+  private readonly parts: ContextParts = {
+    saveCheckpoint: async (active, data) => {
+      const { job, task, abortState } = active;
+      // The user's data: refused (the handler sees why), never changed, when no store could keep it.
+      const at = findUnstorableInValue(data, 'checkpoint');
+      if (at) throw new FatalError(unstorableMessage(at), { code: 'UNSTORABLE_CHECKPOINT' });
+      const ok = await this.retryWrites(active)('checkpoint', () =>
+        this.o.store.saveCheckpoint({ id: job.id, lease: job.lease, checkpoint: { version: task.checkpointVersion, data }, now: this.o.clock() }),
+      );
+      if (!ok) {
+        abortState.abort('lease-lost');
+        throw new LeaseLostError(job.id);
+      }
+    },
+    progress: (active, update) => this.reporterOf(active).update(update),
+    stage: async (active, name, fn) => {
+      this.reporterOf(active).update({ stage: name });
+      const wf = this.workflowOf(active);
+      const key = `ctx:${name}`;
+      const saved = wf.journal.stages[key];
+      if (saved) return saved.output as Awaited<ReturnType<typeof fn>>;
+      const value = await wf.inScope(key, async () => await fn());
+      // Saved only when the store can keep it as it is; otherwise the step runs again next time.
+      const stored = storedResult(value);
+      if (stored.ok && (value === undefined || isDeepJson(value, stored.value))) {
+        wf.journal.stages[key] = { output: stored.value };
+        await wf.save();
+      }
+      return value;
+    },
+    spawn: (active, children, options) => this.workflowOf(active).spawn(children, options?.failurePolicy ?? 'fail-fast'),
+    sleep: (active, ms) => {
+      if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) return Promise.reject(new TypeError('sleep needs a non-negative number of ms'));
+      return this.workflowOf(active).sleepUntil(this.o.clock() + ms);
+    },
+    sleepUntil: (active, time) => this.workflowOf(active).sleepUntil(new Date(time).getTime()),
+    waitFor: (active, name, options) => this.workflowOf(active).waitFor(name, options?.timeoutMs),
+    // A child logger per job costs more than a no-op job: made on first use, like the rest.
+    log: (active) => this.o.log.child(jobLogFields(active.job)),
+    children: (active) => childrenView(this.o.store, active.job),
+    // Fenced by this attempt's lease: a refused record aborts the attempt.
+    results: (active) =>
+      this.o.files
+        ? this.o.files.results(
+            { id: active.job.id, lease: active.job.lease },
+            () => active.abortState.abort('lease-lost'),
+            this.retryWrites(active),
+          )
+        : NO_RESULTS,
+    uploads: (active) => (this.o.files ? this.o.files.uploads(active.job.tenant) : NO_UPLOADS),
+  };
 
   /**
    * Runs a store write made on the handler's behalf through a short outage: passing errors are
@@ -229,24 +227,25 @@ export class HandlerContexts {
   }
 }
 
-/** What a ctx does, made per attempt by HandlerContexts.build; the `make*` parts run on first use. */
+/** What a ctx does, for the attempt it names: HandlerContexts holds one set for all its ctxs. */
 interface ContextParts {
-  progress: TaskContext['progress'];
-  stage: TaskContext['stage'];
-  spawn: TaskContext['spawn'];
-  sleep: TaskContext['sleep'];
-  sleepUntil: TaskContext['sleepUntil'];
-  waitFor: TaskContext['waitFor'];
-  log(): Logger;
-  children(): ChildrenView;
-  results(): ResultsHandle;
-  uploads(): UploadsHandle;
+  saveCheckpoint(active: Active, data: unknown): Promise<void>;
+  progress(active: Active, update: Parameters<TaskContext['progress']>[0]): void;
+  stage<T>(active: Active, name: string, fn: () => Promise<T> | T): Promise<T>;
+  spawn(active: Active, ...args: Parameters<TaskContext['spawn']>): ReturnType<TaskContext['spawn']>;
+  sleep(active: Active, ms: number): Promise<void>;
+  sleepUntil(active: Active, time: Date | string | number): Promise<void>;
+  waitFor(active: Active, name: string, options?: { timeoutMs?: number }): Promise<unknown>;
+  log(active: Active): Logger;
+  children(active: Active): ChildrenView;
+  results(active: Active): ResultsHandle;
+  uploads(active: Active): UploadsHandle;
 }
 
 /**
  * `ctx.job`. Classes, not object literals with getters: V8 makes a literal's accessors one by one
  * on every creation, which cost about 1.9 µs per ctx against 0.15 µs here (a no-op job's whole
- * cost is a few tens of µs). The methods stay own properties, so `const { progress } = ctx` works.
+ * cost is a few tens of µs).
  */
 class JobInfoView implements TaskJobInfo {
   readonly id: string;
@@ -288,59 +287,98 @@ class CheckpointView implements CheckpointHandle {
   }
 }
 
-/** The `ctx` a handler gets. */
+/**
+ * The `ctx` a handler gets: one object per attempt. Each part is made on its first read (a no-op
+ * job reads none), and a method is a function bound to this attempt, made once, so
+ * `const { progress } = ctx` works and `ctx.progress === ctx.progress`.
+ */
 class AttemptContext implements TaskContext {
-  readonly job: JobInfoView;
   readonly attempt: number;
-  readonly checkpoint: CheckpointView;
-  readonly progress: TaskContext['progress'];
-  readonly stage: TaskContext['stage'];
-  readonly spawn: TaskContext['spawn'];
-  readonly sleep: TaskContext['sleep'];
-  readonly sleepUntil: TaskContext['sleepUntil'];
-  readonly waitFor: TaskContext['waitFor'];
   readonly #active: Active;
+  readonly #saved: unknown;
   readonly #parts: ContextParts;
+  #job: JobInfoView | undefined;
+  #checkpoint: CheckpointView | undefined;
+  #progress: TaskContext['progress'] | undefined;
+  #stage: TaskContext['stage'] | undefined;
+  #spawn: TaskContext['spawn'] | undefined;
+  #sleep: TaskContext['sleep'] | undefined;
+  #sleepUntil: TaskContext['sleepUntil'] | undefined;
+  #waitFor: TaskContext['waitFor'] | undefined;
   #log: Logger | undefined;
   #children: ChildrenView | undefined;
   #results: ResultsHandle | undefined;
   #uploads: UploadsHandle | undefined;
 
-  constructor(active: Active, checkpoint: CheckpointView, parts: ContextParts) {
-    this.job = new JobInfoView(active.job);
+  /** `saved`: the checkpoint this attempt starts from (undefined: none usable). */
+  constructor(active: Active, saved: unknown, parts: ContextParts) {
     this.attempt = active.job.attempts;
-    this.checkpoint = checkpoint;
-    this.progress = parts.progress;
-    this.stage = parts.stage;
-    this.spawn = parts.spawn;
-    this.sleep = parts.sleep;
-    this.sleepUntil = parts.sleepUntil;
-    this.waitFor = parts.waitFor;
     this.#active = active;
+    this.#saved = saved;
     this.#parts = parts;
+  }
+
+  get job(): JobInfoView {
+    this.#job ??= new JobInfoView(this.#active.job);
+    return this.#job;
   }
 
   get signal(): AbortSignal {
     return this.#active.abortState.signal;
   }
 
+  get checkpoint(): CheckpointView {
+    this.#checkpoint ??= new CheckpointView(this.#saved, (data) => this.#parts.saveCheckpoint(this.#active, data));
+    return this.#checkpoint;
+  }
+
+  get progress(): TaskContext['progress'] {
+    this.#progress ??= (update) => this.#parts.progress(this.#active, update);
+    return this.#progress;
+  }
+
+  get stage(): TaskContext['stage'] {
+    this.#stage ??= (name, fn) => this.#parts.stage(this.#active, name, fn);
+    return this.#stage;
+  }
+
+  get spawn(): TaskContext['spawn'] {
+    this.#spawn ??= (children, options) => this.#parts.spawn(this.#active, children, options);
+    return this.#spawn;
+  }
+
+  get sleep(): TaskContext['sleep'] {
+    this.#sleep ??= (ms) => this.#parts.sleep(this.#active, ms);
+    return this.#sleep;
+  }
+
+  get sleepUntil(): TaskContext['sleepUntil'] {
+    this.#sleepUntil ??= (time) => this.#parts.sleepUntil(this.#active, time);
+    return this.#sleepUntil;
+  }
+
+  get waitFor(): TaskContext['waitFor'] {
+    this.#waitFor ??= (<T>(name: string, options?: { timeoutMs?: number }) => this.#parts.waitFor(this.#active, name, options) as Promise<T>) as TaskContext['waitFor'];
+    return this.#waitFor;
+  }
+
   get log(): Logger {
-    this.#log ??= this.#parts.log();
+    this.#log ??= this.#parts.log(this.#active);
     return this.#log;
   }
 
   get children(): ChildrenView {
-    this.#children ??= this.#parts.children();
+    this.#children ??= this.#parts.children(this.#active);
     return this.#children;
   }
 
   get results(): ResultsHandle {
-    this.#results ??= this.#parts.results();
+    this.#results ??= this.#parts.results(this.#active);
     return this.#results;
   }
 
   get uploads(): UploadsHandle {
-    this.#uploads ??= this.#parts.uploads();
+    this.#uploads ??= this.#parts.uploads(this.#active);
     return this.#uploads;
   }
 }

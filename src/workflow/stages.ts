@@ -42,16 +42,67 @@ class StageTimeoutError extends Error {
   }
 }
 
+/**
+ * A stage's ctx: the job's, with the stage's own signal and progress. Every other part is read
+ * from the job's ctx itself (not through a prototype: its getters hold their state in private
+ * fields, which an object made by Object.create(ctx) does not have, so `ctx.log` threw there).
+ */
+class StageContext implements TaskContext {
+  readonly #job: TaskContext;
+  readonly signal: AbortSignal;
+  readonly progress: TaskContext['progress'];
+
+  constructor(job: TaskContext, signal: AbortSignal, progress: TaskContext['progress']) {
+    this.#job = job;
+    this.signal = signal;
+    this.progress = progress;
+  }
+
+  get job(): TaskContext['job'] {
+    return this.#job.job;
+  }
+  get attempt(): number {
+    return this.#job.attempt;
+  }
+  get checkpoint(): TaskContext['checkpoint'] {
+    return this.#job.checkpoint;
+  }
+  get log(): TaskContext['log'] {
+    return this.#job.log;
+  }
+  get stage(): TaskContext['stage'] {
+    return this.#job.stage;
+  }
+  get spawn(): TaskContext['spawn'] {
+    return this.#job.spawn;
+  }
+  get sleep(): TaskContext['sleep'] {
+    return this.#job.sleep;
+  }
+  get sleepUntil(): TaskContext['sleepUntil'] {
+    return this.#job.sleepUntil;
+  }
+  get waitFor(): TaskContext['waitFor'] {
+    return this.#job.waitFor;
+  }
+  get children(): TaskContext['children'] {
+    return this.#job.children;
+  }
+  get results(): TaskContext['results'] {
+    return this.#job.results;
+  }
+  get uploads(): TaskContext['uploads'] {
+    return this.#job.uploads;
+  }
+}
+
 /** Runs one attempt of a stage: its own signal (the job's, and its timeout) and progress. */
 async function attemptStage(stage: StageDefinition, input: unknown, ctx: TaskContext, previous: unknown, report: (u: ProgressUpdate | number) => void): Promise<unknown> {
   const controller = new AbortController();
   const onJobAbort = () => controller.abort(ctx.signal.reason);
   ctx.signal.addEventListener('abort', onJobAbort, { once: true });
   let timer: NodeJS.Timeout | undefined;
-  const stageCtx: TaskContext = Object.create(ctx, {
-    signal: { value: controller.signal },
-    progress: { value: report },
-  });
+  const stageCtx = new StageContext(ctx, controller.signal, report);
   try {
     const run = Promise.resolve().then(() => stage.run(input, stageCtx, previous));
     if (stage.timeoutMs === undefined) return await run;

@@ -120,6 +120,28 @@ const tasks = [
     ],
   }),
   defineTask({
+    type: 'wf.stage-ctx',
+    maxAttempts: 1,
+    stages: [
+      {
+        name: 'reads',
+        run: (_input: unknown, ctx) => {
+          ctx.log.info('a stage logs through the job ctx');
+          const { progress } = ctx;
+          progress(10);
+          return {
+            idMatches: typeof ctx.job.id === 'string' && ctx.job.id.length === 36,
+            attempt: ctx.attempt,
+            checkpoint: ctx.checkpoint.value ?? null,
+            children: typeof ctx.children.counts,
+            results: typeof ctx.results.write,
+            sameStage: ctx.stage === ctx.stage,
+          };
+        },
+      },
+    ],
+  }),
+  defineTask({
     type: 'wf.staged-waits',
     maxAttempts: 1,
     stages: [
@@ -348,6 +370,13 @@ for (const target of TARGETS) {
       const log = await logOf(lh, job.id);
       const notes = log.filter((l) => l.includes('compensat'));
       assert.deepEqual(notes, ['running>running:step ship failed; compensating', 'running>running:compensated reserve', 'running>running:compensated charge']);
+    });
+
+    it("a stage's ctx is the job's: log, job, attempt, checkpoint, children, results and destructured methods work there", async () => {
+      const job = await lh.submit('wf.stage-ctx', null);
+      const done = await settled(lh, job.id, 10_000);
+      assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+      assert.deepEqual(done.result, { idMatches: true, attempt: 1, checkpoint: null, children: 'function', results: 'function', sameStage: true });
     });
 
     it('stages and saga steps may sleep and wait; a stage done before the wait is not run again', async () => {
