@@ -13,11 +13,16 @@ describe('the store pool reads integer[] by splitting its common text', () => {
     assert.deepEqual(parseIntegerArray(long), pgParse(long));
   });
 
-  it('is the pool’s parser for integer[] only', () => {
+  it('is the pool’s parser for integer[]; the others are pg’s, but bigint’s, which reads the same', () => {
     const pool = STORE_TYPES.getTypeParser as unknown as (oid: number, format: string) => unknown;
     const own = pg.types.getTypeParser as unknown as (oid: number, format: string) => unknown;
     assert.equal(pool(1007, 'text'), parseIntegerArray);
-    for (const oid of [23, 20, 25, 114, 1009]) assert.equal(pool(oid, 'text'), own(oid, 'text'), String(oid));
+    for (const oid of [23, 25, 114, 1009, 1016]) assert.equal(pool(oid, 'text'), own(oid, 'text'), String(oid));
     assert.equal(pool(1007, 'binary'), own(1007, 'binary'));
+    assert.equal(pool(20, 'binary'), own(20, 'binary'));
+    const bigint = pool(20, 'text') as (v: string) => unknown;
+    const pgBigint = own(20, 'text') as (v: string) => unknown;
+    assert.notEqual(bigint, pgBigint);
+    for (const t of ['0', '1795610188639', '-5', '9223372036854775807', '-9223372036854775808']) assert.equal(bigint(t), pgBigint(t), t);
   });
 });

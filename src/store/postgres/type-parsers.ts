@@ -34,8 +34,17 @@ export function parseIntegerArray(text: string): (number | null)[] {
 /** pg's own parser of a type (its typings list only the scalar built-in types). */
 const pgParser = pg.types.getTypeParser as unknown as (oid: number, format?: 'text' | 'binary') => (value: string) => unknown;
 
-/** The pool's `types`: pg's own parsers, with `parseIntegerArray` for `integer[]`. */
+const INT8 = 20;
+
+/**
+ * `bigint` as the text PostgreSQL sent, which is what pg's parser returns too: it tests the text
+ * against /^\d+$/ and returns the same string either way (a worker's claimed row has about five
+ * such columns).
+ */
+const bigintText = (text: string): string => text;
+
+/** The pool's `types`: pg's own parsers, with `parseIntegerArray` for `integer[]` and `bigintText` for `bigint`. */
 export const STORE_TYPES = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    oid === INT4_ARRAY && format !== 'binary' ? parseIntegerArray : pgParser(oid, format)) as typeof pg.types.getTypeParser,
+    format === 'binary' ? pgParser(oid, format) : oid === INT4_ARRAY ? parseIntegerArray : oid === INT8 ? bigintText : pgParser(oid, format)) as typeof pg.types.getTypeParser,
 };
