@@ -2,7 +2,7 @@
  * What the worker's claim function returns per claimed job (claim-sql.ts claimFunction): its
  * result columns, and the select of the claimed rows, per migration. rows.ts reads them.
  */
-import { progressProbe } from './claim-count-sql.js';
+import { progressProbe } from './self-count-sql.js';
 
 /**
  * Columns the claim returns per job (and per applied transition, with only `applied` set; from

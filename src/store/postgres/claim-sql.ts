@@ -18,7 +18,7 @@
  * follows it), then one ordered scan, as before.
  */
 import { claimNow, rateRoom } from './claim-rate-sql.js';
-import { claimCounted, countedCte, progressProbe } from './claim-count-sql.js';
+import { selfCounted, claimCountedCte, progressProbe } from './self-count-sql.js';
 import { claimedRows, returns } from './claim-rows-sql.js';
 import { logAppendFixed } from './log-sql.js';
 
@@ -209,7 +209,7 @@ const fastClaim = (version: number) => {
   // Version 17: a static statement, planned once per session (the function's generic plans) under
   // the settings set just before it; versions 12-16 planned it at every call (EXECUTE).
   const cached = version >= 17;
-  // Version 20: the statement appends its own change to job_changes (claim-count-sql.ts).
+  // Version 20: the statement appends its own change to job_changes (self-count-sql.ts).
   const counts = version >= 20;
   const [type, worker, now, tenant, room] = cached ? ['p_types[v_t]', 'p_worker', 'p_now', 'v_group', 'v_room'] : ['$1', '$2', '$3', '$4', '$5'];
   return `    IF v_fast THEN
@@ -219,7 +219,7 @@ const fastClaim = (version: number) => {
       -- cost the planner gives a plan it may not sort would pass jit_above_cost (0.5 s to compile).
       v_sort := current_setting('enable_sort');
       v_jit := current_setting('jit');
-      PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true)${counts ? `, ${claimCounted(true)}` : ''};
+      PERFORM set_config('enable_sort', 'off', true), set_config('jit', 'off', true)${counts ? `, ${selfCounted(true)}` : ''};
       RETURN QUERY${cached ? '' : ' EXECUTE $q$'}
       WITH picked AS (
         SELECT j.id FROM {s}.jobs j
@@ -232,14 +232,14 @@ const fastClaim = (version: number) => {
 ${claimSet(version, worker, now)}${version >= 16 ? `        WHERE j.id = ${probes('SELECT picked.id FROM picked')}` : `        FROM picked
         WHERE j.id = picked.id`}
         RETURNING j.*
-${counts ? countedCte : ''}      )
+${counts ? claimCountedCte : ''}      )
 ${claimedRows(version)}      ORDER BY m.priority, m.run_at, m.id${
         cached
           ? ';'
           : `
       $q$ USING p_types[v_t], p_worker, p_now, v_group, v_room;`
       }
-      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true)${counts ? `, ${claimCounted(false)}` : ''};
+      PERFORM set_config('enable_sort', v_sort, true), set_config('jit', v_jit, true)${counts ? `, ${selfCounted(false)}` : ''};
     END IF;
 `;
 };
@@ -446,7 +446,7 @@ ${v12 ? headsPasses(12) : v10 ? headsPasses(10) : V6_HEADS}    IF v_ids IS NULL 
 ${v12 ? fastClaim(version) : ''}    IF coalesce(cardinality(v_ids), 0) > 0 THEN
       -- The claim by primary key, planned for each call (EXECUTE; see migration 3), and the
       -- starts of rate-limited types logged in the same statement.
-${v20 ? `      PERFORM ${claimCounted(true)};
+${v20 ? `      PERFORM ${selfCounted(true)};
 ` : ''}      RETURN QUERY EXECUTE $q$
       WITH moved AS (
         UPDATE {s}.jobs j
@@ -454,10 +454,10 @@ ${claimSet(version)}        WHERE j.id = ${version >= 16 ? probes('SELECT unnest
         RETURNING j.*
       ), starts AS (
         INSERT INTO {s}.rate_starts (type, at) SELECT m.type, $3 FROM moved m WHERE m.type = ANY($4)
-${v20 ? countedCte : ''}      )
+${v20 ? claimCountedCte : ''}      )
 ${claimedRows(version, v19 ? '$3' : undefined)}      ORDER BY array_position($1, m.id)
       $q$ USING v_ids, p_worker, ${now}, v_rated;${v20 ? `
-      PERFORM ${claimCounted(false)};` : ''}
+      PERFORM ${selfCounted(false)};` : ''}
     END IF;
     IF v_wake IS NOT NULL THEN
       wake_at := v_wake;

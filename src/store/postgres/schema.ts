@@ -14,7 +14,7 @@ import { CLAIM_MIGRATION, claimFunction, claimPrologue } from './claim-sql.js';
 import { WORKFLOW_MIGRATION } from './workflow-sql.js';
 import { logAppend, logAppendFixed } from './log-sql.js';
 import { applyTransitionsFunction, endSucceededFunction, ITEM_LOG_APPEND } from './transition-sql.js';
-import { STATS_BATCH_MIGRATION, STATS_MIGRATION, statsUpdateFunction, SWEEP_HEALTH_MIGRATION } from './stats-schema.js';
+import { STATS_BATCH_MIGRATION, STATS_MIGRATION, statsDeleteFunction, statsUpdateFunction, SWEEP_HEALTH_MIGRATION } from './stats-schema.js';
 
 /** A schema name we are willing to interpolate into SQL (it is also the channel name's prefix). */
 export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -415,10 +415,12 @@ ${applyTransitionsFunction(8)}  `,
   // read its clock before another but took the type's lock after it counts its window whole
   // (claim-rate-sql.ts); worker_cycle is replaced in place
   claimFunction(19),
-  // 20: the claim appends its own queued-to-running change to job_changes and the update trigger
-  // skips it; a job never claimed (lease 0) has no progress to look up (claim-count-sql.ts);
-  // worker_cycle is replaced in place
+  // 20: the claim and end_succeeded append their own change to job_changes and the statistics
+  // triggers skip them; a job never claimed (lease 0) has no progress to look up
+  // (self-count-sql.ts); worker_cycle and end_succeeded are replaced in place
   `${statsUpdateFunction(true)}
+  ${statsDeleteFunction(true)}
+  ${endSucceededFunction(20)}
   ${claimFunction(20)}
   `,
 ];

@@ -17,7 +17,7 @@
  */
 import { durationBucketSql } from '../../core/stats-window.js';
 import { ZOMBIE_REASONS } from '../../core/transitions.js';
-import { CLAIM_COUNTED } from './claim-count-sql.js';
+import { SKIP_SELF_COUNTED } from './self-count-sql.js';
 
 const ENDED_WITH_TIME = (r: string) => `${r}.started_at IS NOT NULL AND ${r}.state IN ('succeeded', 'failed', 'expired')`;
 const bucket = (r: string) => durationBucketSql(`${r}.finished_at - ${r}.started_at`, 'postgres');
@@ -163,21 +163,15 @@ export const STATS_MIGRATION = `
  */
 const second = (col: string) => `${col} / 1000 * 1000`;
 
-const SKIP_COUNTED_CLAIM = `    -- The worker's claim appends its own change (claim-count-sql.ts).
-    IF current_setting('${CLAIM_COUNTED}', true) = 'on' THEN
-      RETURN NULL;
-    END IF;
-`;
-
 /**
  * The update trigger's function: the changes of a statement's rows grouped, as STATS_BATCH_MIGRATION
- * created it; from migration 20 (`claimCounts`) it does nothing for a claim, which appends its own
- * change (claim-count-sql.ts).
+ * created it; from migration 20 (`skipSelfCounted`) it does nothing for a claim, which appends its
+ * own change (self-count-sql.ts).
  */
-export function statsUpdateFunction(claimCounts: boolean): string {
+export function statsUpdateFunction(skipSelfCounted: boolean): string {
   return `  CREATE OR REPLACE FUNCTION {s}.jobs_stats_update() RETURNS trigger LANGUAGE plpgsql SET enable_nestloop = off AS $$
   BEGIN
-${claimCounts ? SKIP_COUNTED_CLAIM : ''}    -- A statement trigger runs for statements that changed no row too (the claim's promote_due, mostly).
+${skipSelfCounted ? SKIP_SELF_COUNTED : ''}    -- A statement trigger runs for statements that changed no row too (the claim's promote_due, mostly).
     IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
       RETURN NULL;
     END IF;
@@ -200,6 +194,21 @@ ${claimCounts ? SKIP_COUNTED_CLAIM : ''}    -- A statement trigger runs for stat
 `;
 }
 
+/**
+ * The delete trigger's function: the deleted rows counted per (tenant, type, state), as
+ * STATS_BATCH_MIGRATION created it; from migration 20 (`skipSelfCounted`) it does nothing for
+ * end_succeeded's delete, which appends its own change (self-count-sql.ts).
+ */
+export function statsDeleteFunction(skipSelfCounted: boolean): string {
+  return `  CREATE OR REPLACE FUNCTION {s}.jobs_stats_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+${skipSelfCounted ? SKIP_SELF_COUNTED : ''}    INSERT INTO {s}.job_changes (tenant, type, old_state, n) SELECT o.tenant, o.type, o.state, count(*) FROM old_rows o GROUP BY 1, 2, 3;
+    RETURN NULL;
+  END $$;
+
+`;
+}
+
 export const STATS_BATCH_MIGRATION = `
   ALTER TABLE {s}.job_changes ADD COLUMN n integer NOT NULL DEFAULT 1;
 
@@ -218,13 +227,7 @@ export const STATS_BATCH_MIGRATION = `
 ${statsUpdateFunction(false)}  CREATE TRIGGER jobs_stats_update AFTER UPDATE ON {s}.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {s}.jobs_stats_update();
 
-  CREATE OR REPLACE FUNCTION {s}.jobs_stats_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-  BEGIN
-    INSERT INTO {s}.job_changes (tenant, type, old_state, n) SELECT o.tenant, o.type, o.state, count(*) FROM old_rows o GROUP BY 1, 2, 3;
-    RETURN NULL;
-  END $$;
-
-  CREATE OR REPLACE FUNCTION {s}.compact_stats(before_ms bigint, drop_zero boolean) RETURNS integer LANGUAGE plpgsql AS $$
+${statsDeleteFunction(false)}  CREATE OR REPLACE FUNCTION {s}.compact_stats(before_ms bigint, drop_zero boolean) RETURNS integer LANGUAGE plpgsql AS $$
   DECLARE
     folded integer;
   BEGIN

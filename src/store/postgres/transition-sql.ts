@@ -9,6 +9,7 @@
  * when it ran under an earlier lease (1.6 µs per deleted job, a third of the delete, when none is).
  */
 import { logAppend, withPendingClaim } from './log-sql.js';
+import { deleteCountedCte, selfCounted } from './self-count-sql.js';
 
 /** The log entry of item `i` applied to row `j` (the attempt after a reset or a refund). */
 export const ITEM_LOG_APPEND = logAppend(
@@ -43,7 +44,7 @@ function ownerChecks(v14: boolean): string {
  * under lease l and owned nothing the eraser must handle (result files, a webhook target or
  * deliveries, a parent, children).
  */
-function goneChain(version: number): string {
+function goneChain(version: number, selfCount = false): string {
   const v10 = version >= 10;
   const v14 = version >= 14;
   return `        ), gone AS (
@@ -58,8 +59,8 @@ function goneChain(version: number): string {
             AND NOT EXISTS (SELECT 1 FROM {s}.job_webhooks w WHERE w.job_id = j.id)
             AND NOT EXISTS (SELECT 1 FROM {s}.webhook_deliveries dl WHERE dl.job_id = j.id)
             AND NOT EXISTS (SELECT 1 FROM {s}.jobs c WHERE c.parent_id = j.id::text)`}
-          RETURNING j.id, i.o${v14 ? ', j.lease' : ''}
-        ), gone_progress AS (
+          RETURNING j.id, i.o${v14 ? ', j.lease' : ''}${selfCount ? ', j.tenant, j.type, j.state' : ''}
+${selfCount ? deleteCountedCte : ''}        ), gone_progress AS (
           DELETE FROM {s}.progress p USING gone WHERE ${v14 ? 'v_progress AND ' : ''}p.job_id = gone.id
         ), gone_signals AS (
           DELETE FROM {s}.job_signals g USING gone WHERE ${v14 ? 'v_signals AND ' : ''}g.job_id = gone.id
@@ -179,8 +180,10 @@ ${goneChain(version)}        SELECT array_agg(-gone.o)${v10 ? ', (SELECT count(*
  * worker would have sent, so they are kept as succeeded, or refused. Deleted ordinals come back
  * negated, like apply_transitions's.
  */
-export function endSucceededFunction(): string {
-  return `  CREATE FUNCTION {s}.end_succeeded(p_ids uuid[], p_leases integer[], p_ords integer[], p_ats bigint[], p_expires bigint[], p_results text[], p_worker text)
+export function endSucceededFunction(version: 18 | 20 = 18): string {
+  // Version 20: the delete appends its own change to job_changes (self-count-sql.ts).
+  const v20 = version >= 20;
+  return `  CREATE ${v20 ? 'OR REPLACE ' : ''}FUNCTION {s}.end_succeeded(p_ids uuid[], p_leases integer[], p_ords integer[], p_ats bigint[], p_expires bigint[], p_results text[], p_worker text)
   RETURNS integer[]
   LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
   DECLARE
@@ -193,10 +196,12 @@ export function endSucceededFunction(): string {
   BEGIN
 ${ownerChecks(true)}
     -- (The ids come sorted: rows are locked in the same order as apply_transitions locks them.)
-    WITH item AS (
+${v20 ? `    PERFORM ${selfCounted(true)};
+` : ''}    WITH item AS (
       SELECT x.o, x.id, 'running'::text AS f, x.l, NULL::boolean AS q FROM unnest(p_ords, p_ids, p_leases) AS x(o, id, l)
-${goneChain(18)}    SELECT array_agg(-gone.o) INTO v_done FROM gone;
-    IF coalesce(cardinality(v_done), 0) < cardinality(p_ids) THEN
+${goneChain(18, v20)}    SELECT array_agg(-gone.o) INTO v_done FROM gone;
+${v20 ? `    PERFORM ${selfCounted(false)};
+` : ''}    IF coalesce(cardinality(v_done), 0) < cardinality(p_ids) THEN
       -- The others, as the worker's JSON items (core/transitions.ts succeed; mask 154: result,
       -- finished_at, expires_at, clear checkpoint): kept as succeeded, or refused.
       SELECT json_agg(json_build_object('o', x.o, 'r', 1, 'id', x.id, 'f', 'running', 't', 'succeeded', 'l', x.l, 'why', 'completed',

@@ -1,5 +1,5 @@
 /**
- * PostgreSQL migration 20 (src/store/postgres/claim-count-sql.ts): the worker's claim appends its
+ * PostgreSQL migration 20 (src/store/postgres/self-count-sql.ts): the worker's claim appends its
  * own queued-to-running change to job_changes while the update trigger skips it, and it looks up
  * progress only for jobs claimed before. Each test checks the figures against the table itself.
  */
@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import { EMPTY_PROGRESS, type Progress } from '../../src/core/progress.js';
-import { CLAIM_COUNTED } from '../../src/store/postgres/claim-count-sql.js';
+import { succeed } from '../../src/core/transitions.js';
+import { SELF_COUNTED } from '../../src/store/postgres/self-count-sql.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { newJob, T0 } from './store-contract/fixtures.js';
@@ -59,7 +60,7 @@ async function claimRows(schema: string): Promise<{ tenant: string; old_state: s
   );
 }
 
-describe('postgres: the claim counts its own change (migration 20)', () => {
+describe('postgres: the claim and end_succeeded count their own changes (migration 20)', () => {
   it('a claim across tenants (the candidates path) writes one row per tenant, and the counts stay exact', async () => {
     const store = await openStore();
     await store.insertJobs({
@@ -93,7 +94,7 @@ describe('postgres: the claim counts its own change (migration 20)', () => {
         [T0],
       );
       assert.equal(rows.length, 4);
-      assert.equal((await c.query(`SELECT current_setting('${CLAIM_COUNTED}', true) AS v`)).rows[0].v, 'off');
+      assert.equal((await c.query(`SELECT current_setting('${SELF_COUNTED}', true) AS v`)).rows[0].v, 'off');
       // Two of the four back to queued in the same transaction (as a release would): the trigger counts them.
       await c.query(`UPDATE "${s}".jobs SET state = 'queued' WHERE id IN (SELECT id FROM "${s}".jobs WHERE state = 'running' ORDER BY id LIMIT 2)`);
       await c.query('COMMIT');
@@ -105,6 +106,41 @@ describe('postgres: the claim counts its own change (migration 20)', () => {
       { tenant: 'acme', old_state: 'running', new_state: null, n: 2 },
       { tenant: 'acme', old_state: null, new_state: 'queued', n: 2 },
     ]);
+  });
+
+  it('jobs deleted on their end (retention 0) write one change row per tenant, and the counts stay exact', async () => {
+    const store = await openStore();
+    await store.insertJobs({
+      jobs: [
+        ...Array.from({ length: 4 }, () => newJob({ tenant: 'a', type: 'gone' })),
+        ...Array.from({ length: 2 }, () => newJob({ tenant: 'b', type: 'gone' })),
+      ],
+    });
+    const claimed = await store.claimJobs({ workerId: 'w', types: [{ type: 'gone' }], limit: 6, now: T0 });
+    assert.equal(claimed.length, 6);
+    const res = await store.completeAndClaim({
+      complete: claimed.map((j) => ({ ...succeed(j, 'w', T0 + 5, { ok: true }, 60_000), deleteOnEnd: true })),
+      claim: { workerId: 'w', types: [], limit: 0, now: T0 + 5 },
+    });
+    assert.deepEqual(
+      res.deleted,
+      claimed.map(() => true),
+    );
+    assert.deepEqual(
+      (await claimRows(store.schema)).filter((r) => r.old_state === 'running'),
+      [
+        { tenant: 'a', old_state: 'running', new_state: null, n: 4 },
+        { tenant: 'b', old_state: 'running', new_state: null, n: 2 },
+      ],
+    );
+    assert.deepEqual(await tableCounts(store.schema), {});
+    assert.deepEqual(nonZero(await store.countByState({})), {});
+    await admin(async (c) => {
+      await c.query('BEGIN');
+      await c.query(`SELECT "${store.schema}".end_succeeded(ARRAY[gen_random_uuid()], '{1}', '{1}', '{1}', '{1}', '{null}', 'w')`);
+      assert.equal((await c.query(`SELECT current_setting('${SELF_COUNTED}', true) AS v`)).rows[0].v, 'off');
+      await c.query('ROLLBACK');
+    });
   });
 
   it('a job claimed again reads the progress of its earlier attempt; a job never claimed reads none', async () => {
