@@ -127,7 +127,7 @@ const tasks = [
         name: 'reads',
         run: (_input: unknown, ctx) => {
           ctx.log.info('a stage logs through the job ctx');
-          const { progress } = ctx;
+          const { progress, stage } = ctx;
           progress(10);
           return {
             idMatches: typeof ctx.job.id === 'string' && ctx.job.id.length === 36,
@@ -135,7 +135,7 @@ const tasks = [
             checkpoint: ctx.checkpoint.value ?? null,
             children: typeof ctx.children.counts,
             results: typeof ctx.results.write,
-            sameStage: ctx.stage === ctx.stage,
+            sameStage: stage === ctx.stage,
           };
         },
       },
