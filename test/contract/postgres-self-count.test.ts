@@ -60,15 +60,15 @@ async function claimRows(schema: string): Promise<{ tenant: string; old_state: s
   );
 }
 
+/** Queued jobs of `type`, as many per tenant as `counts` says. */
+async function insertPerTenant(store: PostgresStore, type: string, counts: Record<string, number>): Promise<void> {
+  await store.insertJobs({ jobs: Object.entries(counts).flatMap(([tenant, n]) => Array.from({ length: n }, () => newJob({ tenant, type }))) });
+}
+
 describe('postgres: the claim and end_succeeded count their own changes (migration 20)', () => {
   it('a claim across tenants (the candidates path) writes one row per tenant, and the counts stay exact', async () => {
     const store = await openStore();
-    await store.insertJobs({
-      jobs: [
-        ...Array.from({ length: 20 }, () => newJob({ tenant: 'a', type: 'fair' })),
-        ...Array.from({ length: 20 }, () => newJob({ tenant: 'b', type: 'fair' })),
-      ],
-    });
+    await insertPerTenant(store, 'fair', { a: 20, b: 20 });
     const claimed = await store.claimJobs({ workerId: 'w', types: [{ type: 'fair' }], limit: 30, now: T0 });
     assert.equal(claimed.length, 30);
     const perTenant = (t: string) => claimed.filter((j) => j.tenant === t).length;
@@ -110,12 +110,7 @@ describe('postgres: the claim and end_succeeded count their own changes (migrati
 
   it('jobs deleted on their end (retention 0) write one change row per tenant, and the counts stay exact', async () => {
     const store = await openStore();
-    await store.insertJobs({
-      jobs: [
-        ...Array.from({ length: 4 }, () => newJob({ tenant: 'a', type: 'gone' })),
-        ...Array.from({ length: 2 }, () => newJob({ tenant: 'b', type: 'gone' })),
-      ],
-    });
+    await insertPerTenant(store, 'gone', { a: 4, b: 2 });
     const claimed = await store.claimJobs({ workerId: 'w', types: [{ type: 'gone' }], limit: 6, now: T0 });
     assert.equal(claimed.length, 6);
     const res = await store.completeAndClaim({
