@@ -15,6 +15,11 @@ export interface LonghaulConfig {
   stallTimeoutMs: number | null;
   sweepIntervalMs: number;
   cancelDrainMs: number;
+  /**
+   * Handlers abandoned (they ignored their signal past the drain period after their job ended)
+   * and still pending, past which a worker reports itself unhealthy (`/healthz`, `/readyz`).
+   */
+  maxAbandonedHandlers: number;
   resultTtlMs: number;
   defaultMaxAttempts: number;
   concurrency: number;
@@ -58,6 +63,7 @@ export const DEFAULTS: LonghaulConfig = {
   stallTimeoutMs: 300_000,
   sweepIntervalMs: 1_000,
   cancelDrainMs: 30_000,
+  maxAbandonedHandlers: 10,
   resultTtlMs: 7 * 86_400_000,
   defaultMaxAttempts: 3,
   concurrency: 10,
@@ -151,6 +157,7 @@ function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
     stallTimeoutMs: options.stallTimeoutMs !== undefined ? options.stallTimeoutMs : stallEnv !== undefined ? stallEnv || null : DEFAULTS.stallTimeoutMs,
     sweepIntervalMs: options.sweepIntervalMs ?? intFromEnv(env, 'LONGHAUL_SWEEP_INTERVAL_MS', 1) ?? DEFAULTS.sweepIntervalMs,
     cancelDrainMs: options.cancelDrainMs ?? intFromEnv(env, 'LONGHAUL_CANCEL_DRAIN_MS', 0) ?? DEFAULTS.cancelDrainMs,
+    maxAbandonedHandlers: options.maxAbandonedHandlers ?? intFromEnv(env, 'LONGHAUL_MAX_ABANDONED_HANDLERS', 0) ?? DEFAULTS.maxAbandonedHandlers,
     resultTtlMs: options.resultTtlMs ?? intFromEnv(env, 'LONGHAUL_RESULT_TTL_MS', 1) ?? DEFAULTS.resultTtlMs,
     defaultMaxAttempts: options.defaultMaxAttempts ?? DEFAULTS.defaultMaxAttempts,
     concurrency: options.concurrency ?? intFromEnv(env, 'LONGHAUL_CONCURRENCY', 1) ?? DEFAULTS.concurrency,

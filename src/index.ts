@@ -38,7 +38,7 @@ export type { ChildrenCounts, JobSnapshot, Priority, ResultFileLink } from './co
 export type { JobWait } from './core/workflow.js';
 export type { Progress, ProgressUpdate } from './core/progress.js';
 export { canTransition, isTerminal, JOB_STATES, type JobState, TERMINAL_STATES } from './core/states.js';
-export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WebhookDelivery, type WorkerHandle } from './longhaul.js';
+export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WebhookDelivery, type WorkerHandle, type WorkerHealth } from './longhaul.js';
 export type { DeadLetterJobPage, DeadLetterPageOptions, DeadLetterSelection } from './longhaul.js';
 export type { AttemptPage, DeadLetterGroupView, DeadLetterOutcome, JobAttempt, TaskTypeView } from './core/api-types.js';
 export { PostgresStore } from './store/postgres/postgres-store.js';

@@ -22,6 +22,7 @@ import { prepare } from './facade/prepare.js';
 import * as reads from './facade/reads.js';
 import { Schedules } from './facade/schedules.js';
 import { channelReady, defaultChannel, Runtime, type StartWorkerOptions, storeFor, type WorkerHandle } from './facade/runtime.js';
+import type { WorkerHealth } from './worker/stuck-handlers.js';
 import { type PurgeFilter, type PurgeOutcome, purgeJobs } from './facade/purge.js';
 import * as deadLetters from './facade/dead-letters.js';
 import { taskTypes } from './facade/task-types.js';
@@ -36,6 +37,7 @@ import { resolveWebhookConfig, type WebhookConfig, type WebhookConfigOptions, WE
 
 export type { JobStats, ListOptions, PublicTransition, TenantScope, WebhookDelivery } from './facade/reads.js';
 export type { StartWorkerOptions, WorkerHandle } from './facade/runtime.js';
+export type { WorkerHealth } from './worker/stuck-handlers.js';
 export type { BatchItem, BatchOptions, SubmitOptions } from './facade/submission.js';
 export type { PurgeFilter, PurgeOutcome } from './facade/purge.js';
 export type { DeadLetterJobPage, DeadLetterPageOptions, DeadLetterSelection } from './facade/dead-letters.js';
@@ -420,6 +422,15 @@ export class Longhaul {
     this.assertOpen();
     if (this.taskMap.size === 0) throw new InvalidOptionsError('startWorker needs at least one task (pass tasks to Longhaul.open or register them)');
     return this.runtime.startWorker(options);
+  }
+
+  /**
+   * The health of this instance's workers: unhealthy while more than `maxAbandonedHandlers`
+   * handlers that ignored their signal after their job ended are still pending (`/healthz` and
+   * `/readyz` answer 503 then, so that a supervisor restarts the process). Healthy without workers.
+   */
+  workerHealth(): WorkerHealth {
+    return this.runtime.workerHealth();
   }
 
   /** Stops workers (gracefully, handing back unfinished jobs), the sweeper, and closes the store. */

@@ -53,6 +53,13 @@ export interface JobEvents {
   'attempt:started': { job: JobRecord };
   /** The outcome of an attempt of this process's worker was written: the job went `to` at `at`. Never relayed. */
   'attempt:ended': { job: JobRecord; to: JobState; at: number };
+  /**
+   * A handler of this process's worker ignored its signal past the drain period after its job
+   * ended (cancel, timeout, lost lease): its attempt was ended without it (worker/stuck-handlers.ts). Never relayed.
+   */
+  'attempt:abandoned': { job: JobRecord };
+  /** An abandoned handler (above) returned at last. Never relayed. */
+  'attempt:abandoned-returned': { job: JobRecord };
   /** A pass of this process's sweeper acted on jobs (only the elected sweeper's passes do). Never relayed. */
   'sweeper:pass': { reaped: number; timedOut: number; forced: number; stalled: number; expired: number; deleted: number };
   /** A webhook delivery attempt of this process ended. Never relayed. */

@@ -33,7 +33,10 @@ serverOptions(runtimeOptions(program.command('dev').description('server + worker
   runRuntime('dev', o),
 );
 serverOptions(runtimeOptions(program.command('server').description('the HTTP API (plus the sweeper)'))).action((o) => runRuntime('server', o));
-runtimeOptions(program.command('worker').description('run jobs of the tasks module')).action((o) => runRuntime('worker', o));
+runtimeOptions(program.command('worker').description('run jobs of the tasks module'))
+  .option('--health-port <port>', 'serve /healthz, /readyz and /metrics on this port (LONGHAUL_HEALTH_PORT; none by default)')
+  .option('--host <host>', 'address the health port listens on (LONGHAUL_HOST)')
+  .action((o) => runRuntime('worker', o));
 
 program
   .command('migrate')

@@ -6,7 +6,9 @@ import { LOG_REDACT } from '../core/log-fields.js';
 import { type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
+import type { FastifyInstance } from 'fastify';
 import { buildServer, DEFAULT_STREAM_BUFFER_BYTES } from '../server/app.js';
+import { buildHealthServer } from '../server/health-server.js';
 import { collectSchedules, collectTasks, type ScheduleDeclaration, type Task } from '../task-api/define.js';
 import { exampleTasks } from '../tasks/examples.js';
 import { describeTasks } from './describe.js';
@@ -20,6 +22,8 @@ export interface RuntimeFlags {
   concurrency?: string;
   insecureNoAuth?: boolean;
   drainMs?: string;
+  /** `worker` only: a port for /healthz, /readyz and /metrics. */
+  healthPort?: string;
 }
 
 export class CliError extends Error {}
@@ -101,6 +105,8 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
   const streamBufferBytes = intSetting({ name: 'LONGHAUL_STREAM_BUFFER_BYTES', value: env.LONGHAUL_STREAM_BUFFER_BYTES }, DEFAULT_STREAM_BUFFER_BYTES, 1024);
   const apiKeys = parseApiKeys(env.LONGHAUL_API_KEYS);
   const serves = mode !== 'worker';
+  const healthPortSetting = setting('--health-port', flags.healthPort, 'LONGHAUL_HEALTH_PORT');
+  const healthPort = mode === 'worker' && healthPortSetting.value !== undefined && healthPortSetting.value.trim() !== '' ? intSetting(healthPortSetting, 0, 0, 65535) : null;
   if (serves && apiKeys.length === 0 && !isLoopbackHost(host) && !flags.insecureNoAuth) {
     throw new CliError(`refusing to listen on ${host} without API keys: set LONGHAUL_API_KEYS, or pass --insecure-no-auth`);
   }
@@ -113,7 +119,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
     ...(loaded && loaded.schedules.length > 0 ? { schedules: loaded.schedules } : {}),
     logger,
   });
-  let app: Awaited<ReturnType<typeof buildServer>> | null = null;
+  let app: FastifyInstance | null = null;
   try {
     if (mode !== 'server') await lh.startWorker({ concurrency, drainMs });
     lh.startSweeper();
@@ -142,9 +148,15 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
             : ''),
       );
     } else {
+      let health = '';
+      if (healthPort !== null) {
+        app = buildHealthServer({ lh, ...(env.LONGHAUL_METRICS_TOKEN ? { metricsToken: env.LONGHAUL_METRICS_TOKEN } : {}) });
+        health = `; health on ${(await app.listen({ host, port: healthPort })).replace('[::1]', 'localhost')}/healthz`;
+      }
       process.stdout.write(
         `longhaul worker running ${[...lh.tasks.keys()].join(', ')} (concurrency ${concurrency}) on ${redactUrl(lh.config.database)}` +
           (lh.channel ? `, events by ${describeChannel(lh)}` : '') +
+          health +
           '\n',
       );
     }

@@ -20,7 +20,7 @@ import type { Store } from '../store/store.js';
 import { Sweeper } from '../sweeper/sweeper.js';
 import type { Task } from '../task-api/define.js';
 import { dispatchWebhookEvents, type WebhookConfig } from '../webhooks/service.js';
-import { Worker, type WorkerOptions } from '../worker/runtime.js';
+import { Worker, type WorkerHealth, type WorkerOptions } from '../worker/runtime.js';
 import { cancelChildren } from '../workflow/cancel-children.js';
 import { ParentTracker } from '../workflow/parents.js';
 import type { WorkerWorkflows } from '../worker/context.js';
@@ -42,6 +42,8 @@ export interface WorkerHandle {
   readonly stats: Worker['stats'];
   stop(options?: { drainMs?: number }): Promise<void>;
   idle(): Promise<void>;
+  /** Unhealthy past `maxAbandonedHandlers` abandoned handlers still pending (worker/stuck-handlers.ts). */
+  health(): WorkerHealth;
 }
 
 /** The store a database URL names: PostgreSQL for `postgres://` URLs, else a SQLite path. */
@@ -99,6 +101,7 @@ export interface RuntimeContext {
     LonghaulConfig,
     | 'sweepIntervalMs'
     | 'cancelDrainMs'
+    | 'maxAbandonedHandlers'
     | 'heartbeatIntervalMs'
     | 'heartbeatTimeoutMs'
     | 'resultTtlMs'
@@ -320,6 +323,8 @@ export class Runtime {
       logger,
       defaults: { heartbeatIntervalMs: config.heartbeatIntervalMs, resultTtlMs: config.resultTtlMs },
       retention: config.retention,
+      abandonAfterMs: config.cancelDrainMs,
+      maxAbandonedHandlers: config.maxAbandonedHandlers,
       concurrency: options.concurrency ?? config.concurrency,
       claimRules: { agingMs: config.priorityAgingMs, tenantCaps: runningCaps(config.tenantQuotas) },
       ...(options.workerId === undefined ? {} : { workerId: options.workerId }),
@@ -340,10 +345,23 @@ export class Runtime {
         this.workers.delete(handle);
       },
       idle: () => worker.idle(),
+      health: () => worker.health,
     };
     this.workers.add(handle);
     if (options.handleSignals) this.installSignalHandlers(defaultDrain);
     return handle;
+  }
+
+  /** The health of this process's workers together: healthy when each is (and when none runs). */
+  workerHealth(): WorkerHealth {
+    let abandonedPending = 0;
+    const reasons: string[] = [];
+    for (const w of this.workers) {
+      const h = w.health();
+      abandonedPending += h.abandonedPending;
+      if (!h.healthy && h.reason) reasons.push(h.reason);
+    }
+    return reasons.length === 0 ? { healthy: true, abandonedPending } : { healthy: false, abandonedPending, reason: reasons.join('; ') };
   }
 
   private installSignalHandlers(drainMs: number): void {

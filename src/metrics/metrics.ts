@@ -92,6 +92,17 @@ export class LonghaulMetrics {
       labelNames: ['outcome'],
       registers,
     });
+    const abandoned = new Counter({
+      name: 'longhaul_abandoned_handlers_total',
+      help: "Handlers of this process's worker that ignored their signal past the drain period after their job ended, abandoned with their slot freed.",
+      labelNames: ['task_type'],
+      registers,
+    });
+    const abandonedPending = new Gauge({
+      name: 'longhaul_abandoned_handlers_pending',
+      help: 'Abandoned handlers of this process that have not returned yet (past LONGHAUL_MAX_ABANDONED_HANDLERS the worker reports itself unhealthy).',
+      registers,
+    });
     this.http = new Counter({ name: 'longhaul_http_requests_total', help: 'HTTP requests answered, by route and status.', labelNames: ['method', 'route', 'status'], registers });
     this.httpSeconds = new Histogram({
       name: 'longhaul_http_request_duration_seconds',
@@ -145,6 +156,11 @@ export class LonghaulMetrics {
         deleted.inc(r.deleted);
       }),
       bus.on('webhook:attempt', ({ outcome }) => webhooks.inc({ outcome })),
+      bus.on('attempt:abandoned', ({ job }) => {
+        abandoned.inc({ task_type: job.type });
+        abandonedPending.inc();
+      }),
+      bus.on('attempt:abandoned-returned', () => abandonedPending.dec()),
     );
   }
 

@@ -10,6 +10,12 @@ import type { JobState } from '../core/states.js';
 import type { JobQueueStore } from '../store/store.js';
 import { contextOf, tracer, tracingEnabled } from './trace.js';
 
+/** An attempt's span and the context its handler runs in. */
+export interface AttemptSpan {
+  span: Span;
+  ctx: Context;
+}
+
 export class AttemptSpans {
   /** Contexts being read for claimed jobs, by job id (one store call per claim batch). */
   private readonly pending = new Map<string, Promise<string | undefined>>();
@@ -43,7 +49,7 @@ export class AttemptSpans {
   }
 
   /** The attempt's span, started at the claim, and the context its handler runs in; null when tracing is off. */
-  async start(job: JobRecord): Promise<{ span: Span; ctx: Context } | null> {
+  async start(job: JobRecord): Promise<AttemptSpan | null> {
     const read = this.pending.get(job.id);
     if (read === undefined) return null;
     this.pending.delete(job.id);

@@ -30,6 +30,8 @@ export class JobAbortedError extends Error {
 export class AttemptAbort {
   private controller: AbortController | null = null;
   private abortReason: JobAbortedError | null = null;
+  /** performance.now() of the abort (0 while none): how long a handler has ignored it. */
+  at = 0;
 
   get signal(): AbortSignal {
     if (this.controller === null) {
@@ -48,10 +50,16 @@ export class AttemptAbort {
     return this.abortReason?.kind ?? null;
   }
 
+  /** The error the signal fired with, or null while it has not. */
+  get reason(): JobAbortedError | null {
+    return this.abortReason;
+  }
+
   /** The first abort wins; later ones change nothing. */
   abort(kind: AbortKind): void {
     if (this.abortReason !== null) return;
     this.abortReason = new JobAbortedError(kind);
+    this.at = performance.now();
     this.controller?.abort(this.abortReason);
   }
 }

@@ -10,6 +10,7 @@ import type { LongTimer } from './long-timer.js';
 import type { Outcome } from './outcome.js';
 import type { WorkflowRun } from '../workflow/run.js';
 import type { ProgressReporter } from './progress-reporter.js';
+import type { AttemptSpan } from '../telemetry/attempt-spans.js';
 
 export interface Active {
   job: JobRecord;
@@ -26,6 +27,18 @@ export interface Active {
   outcome: Outcome | null;
   /** Its handler was started (jobs claimed ahead wait in the ready list until a slot frees). */
   started: boolean;
+  /** performance.now() when its handler started (0 before). */
+  startedAt: number;
+  /**
+   * Its handler ignored its signal past the drain period after its job ended (timeout, cancel,
+   * lost lease): the worker ended the attempt without it and freed its slot (runtime.ts
+   * `abandonStuck`); whatever the handler does later is refused by the lease.
+   */
+  abandoned: boolean;
+  /** Its handler returned or threw (after an abandonment too). */
+  returned: boolean;
+  /** Its tracing span, when the application traces (null otherwise). */
+  span: AttemptSpan | null;
   /** performance.now() when this worker got it (for how long it waits for a slot). */
   claimedAt: number;
   /** Its workflow journal and waits, made on first use (most jobs never wait). */
@@ -43,6 +56,10 @@ export function newActive(job: JobRecord, task: Task, nextHeartbeatAt: number): 
     settled: false,
     outcome: null,
     started: false,
+    startedAt: 0,
+    abandoned: false,
+    returned: false,
+    span: null,
     claimedAt: performance.now(),
     workflow: null,
   };

@@ -12,7 +12,7 @@ import type { JobRecord } from '../core/job.js';
 import { decideAfterFailure } from '../core/lifecycle.js';
 import { MAX_ATTEMPT_STACK } from '../core/limits.js';
 import { afterFailure, type CancelKind, endCancelled, failFatal, handBack, succeed, type TransitionParams } from '../core/transitions.js';
-import type { AbortKind } from './abort.js';
+import { type AbortKind, JobAbortedError } from './abort.js';
 import { storedResult } from './attempt-end.js';
 
 /** What the handler did: returned `value`, or threw `error`. */
@@ -111,6 +111,18 @@ export function leftoverOutcome(job: OutcomeJob, worker: OutcomeWorker, now: num
   if (cancel === null) return { write: handBack(job, worker.id, now, why), stat: 'handedBack', failure: null };
   const note = why === 'shutdown' ? 'worker stopping' : 'before it started';
   return { write: endCancelled(job, worker.id, now, cancel, `${cancel} (${note})`), stat: 'cancelled', failure: null };
+}
+
+/**
+ * The outcome of an attempt whose handler ignored its signal past the drain period after a
+ * cancel or a timeout (stuck-handlers.ts): the job ends cancelled as if the handler had thrown
+ * at its signal, and the log says the handler was abandoned.
+ */
+export function abandonedOutcome(job: OutcomeJob, task: OutcomeTask, worker: OutcomeWorker, kind: CancelKind, now: number): Outcome {
+  const thrown = new JobAbortedError(kind, `the handler ignored its signal (${kind}) past the drain period; abandoned`);
+  const outcome = decideOutcome(job, task, worker, { ok: false, error: thrown }, kind, now);
+  outcome.write.reason = `${kind}; handler abandoned`;
+  return outcome;
 }
 
 /** The outcome that fails a job in place of one the store refused (see outcome-isolation.ts). */

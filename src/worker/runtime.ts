@@ -30,9 +30,12 @@ import type { TaskContext } from '../task-api/define.js';
 import { runSaga } from '../workflow/saga.js';
 import { runStages } from '../workflow/stages.js';
 import { deletedOnEnd, type RetentionPolicy } from '../core/retention.js';
-import { decideOutcome, type HandlerResult, leftoverOutcome, type OutcomeWorker } from './outcome.js';
+import { abandonedOutcome, decideOutcome, type HandlerResult, leftoverOutcome, type OutcomeWorker } from './outcome.js';
+import { StuckHandlers, type WorkerHealth } from './stuck-handlers.js';
+import { jobLogFields } from '../core/log-fields.js';
 
 export type { WorkerFiles, WorkerWorkflows } from './context.js';
+export type { WorkerHealth } from './stuck-handlers.js';
 
 export interface WorkerDefaults {
   heartbeatIntervalMs: number;
@@ -81,6 +84,14 @@ export interface WorkerOptions {
   progressPublishMs?: number;
   clock?: () => number;
   /**
+   * How long a handler may go on after its signal fired for a cancel, a timeout or a lost lease
+   * before the worker abandons it and frees its slot (stuck-handlers.ts). The instance passes
+   * its cancel drain period. Default 30 000 ms.
+   */
+  abandonAfterMs?: number;
+  /** Abandoned handlers still pending past which the worker reports itself unhealthy. Default 10. */
+  maxAbandonedHandlers?: number;
+  /**
    * The instance's retention. A job whose period for the state it ends in is 0 (its task's own,
    * else this) is deleted by the write that ends it, in the same transaction, when it owns no
    * result files, webhook, parent or children (TransitionParams.deleteOnEnd); others are left to
@@ -100,11 +111,13 @@ export interface WorkerStats {
   refused: number;
   /** Attempts that ended with their job waiting (ctx.spawn, sleep, waitFor). */
   suspended: number;
+  /** Handlers abandoned: they ignored their signal past the drain period after their job ended (stuck-handlers.ts). */
+  abandoned: number;
 }
 
 export class Worker {
   readonly id: string;
-  readonly stats: WorkerStats = { claimed: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, handedBack: 0, refused: 0, suspended: 0 };
+  readonly stats: WorkerStats = { claimed: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, handedBack: 0, refused: 0, suspended: 0, abandoned: 0 };
   private readonly bus: JobBus;
   private readonly tasks: ReadonlyMap<string, Task>;
   private readonly log: Logger;
@@ -117,6 +130,8 @@ export class Worker {
   private readonly spans: AttemptSpans;
   /** What outcomes read of this worker (one object, not one per job). */
   private readonly self: OutcomeWorker;
+  /** Handlers that ignore their signal after their job ended, abandoned after the drain period. */
+  private readonly stuck: StuckHandlers;
   /** Jobs being ended by settleLeftovers (shutdown). */
   private readonly leaving = new Set<Active>();
   private readonly claimedWaitMs: number;
@@ -162,6 +177,7 @@ export class Worker {
       claimAheadMax,
       claimedWaitMs: this.claimedWaitMs,
     });
+    this.stuck = new StuckHandlers({ log: this.log, bus: this.bus, abandonAfterMs: options.abandonAfterMs ?? 30_000, maxPending: options.maxAbandonedHandlers ?? 10 });
     this.upkeep = new LeaseUpkeep({ ...shared, heartbeatIntervalMs: options.defaults.heartbeatIntervalMs });
     this.spans = new AttemptSpans(store);
     this.contexts = new HandlerContexts({
@@ -202,6 +218,7 @@ export class Worker {
     this.every(heartbeatTick, () => this.upkeep.heartbeat());
     this.every(Math.max(10, Math.min(250, this.claimedWaitMs / 4)), () => this.loop.returnStaleReady());
     this.every(this.options.cancelPollMs ?? 500, () => this.upkeep.pollCancels());
+    this.every(this.stuck.checkEveryMs, () => this.abandonStuck());
     // Every timer above is unref'd; without this a worker-only process (`longhaul worker`, or a
     // script that just starts a worker) would exit as soon as it has nothing running.
     this.keepAlive = setInterval(() => undefined, 2 ** 30);
@@ -246,11 +263,13 @@ export class Worker {
   }
 
   private async execute(active: Active): Promise<void> {
-    const { job, task } = active;
+    const { job } = active;
     let result: HandlerResult;
     const t0 = performance.now();
+    active.startedAt = t0;
     // No await on the hot path when tracing is off (nothing was read for the job).
     const span = this.spans.reading(job.id) ? await this.spans.start(job) : null;
+    active.span = span;
     try {
       const ctx = this.contexts.needsCheckpointNote(active) ? await this.contexts.makeAfterNote(active) : this.contexts.make(active);
       const value = await this.spans.run(span, () => this.runHandler(active, ctx));
@@ -258,8 +277,17 @@ export class Worker {
     } catch (error) {
       result = { ok: false, error };
     }
+    active.returned = true;
+    // Returned after the worker gave up on it: its attempt was ended without it.
+    if (active.abandoned) return this.stuck.returned(active);
+    await this.endAttempt(active, result, performance.now() - t0);
+  }
+
+  /** The handler returned, threw, or was abandoned (`result` then is its signal's error): frees its slot and writes the outcome. */
+  private async endAttempt(active: Active, result: HandlerResult, ms: number): Promise<void> {
+    const { job, task, span } = active;
     // The handler is done: its slot goes to the next waiting job; the outcome is written by the loop.
-    this.loop.handlerDone(performance.now() - t0);
+    this.loop.handlerDone(ms);
     active.timeoutTimer?.cancel();
     if (active.settled) {
       this.spans.end(span, 'retrying');
@@ -274,12 +302,31 @@ export class Worker {
       this.stats.suspended++;
       return this.loop.release(active);
     }
-    const outcome = decideOutcome(job, task, this.self, result, kind, this.clock());
+    const now = this.clock();
+    const outcome =
+      active.abandoned && (kind === 'cancelled' || kind === 'timeout') ? abandonedOutcome(job, task, this.self, kind, now) : decideOutcome(job, task, this.self, result, kind, now);
     if (this.options.retention && deletedOnEnd(this.options.retention, task.retention, outcome.write.to)) outcome.write = { ...outcome.write, deleteOnEnd: true };
     const f = outcome.failure;
     if (f !== null) logFailedAttempt(this.log, job, f.thrown, f.error, f.next, f.runAt);
     this.spans.end(span, outcome.write.to, f === null ? undefined : f.thrown);
     this.loop.settle(active, outcome);
+  }
+
+  /** Ends the attempts whose handlers ignored their signal past the drain period (stuck-handlers.ts). */
+  private abandonStuck(): void {
+    const now = performance.now();
+    for (const active of this.stuck.due(this.attempts.values(), now)) {
+      this.stuck.abandon(active, now);
+      this.stats.abandoned++;
+      void this.endAttempt(active, { ok: false, error: active.abortState.reason }, now - active.startedAt).catch((err) =>
+        this.log.error({ err, ...jobLogFields(active.job) }, 'could not end an abandoned attempt'),
+      );
+    }
+  }
+
+  /** This worker's health: unhealthy past `maxAbandonedHandlers` abandoned handlers still pending. */
+  get health(): WorkerHealth {
+    return this.stuck.health;
   }
 
   /** The task's handler, its pipeline (stages) or its saga (steps). */

@@ -20,7 +20,7 @@ export interface MetricsRouteOptions {
 
 const sha256 = (s: string) => createHash('sha256').update(s, 'utf8').digest();
 
-export function registerMetricsRoute(app: FastifyInstance, ctx: AppContext, options: MetricsRouteOptions): void {
+export function registerMetricsRoute(app: FastifyInstance, ctx: Pick<AppContext, 'lh' | 'authEnabled' | 'adminTenants'>, options: MetricsRouteOptions): void {
   const tokenDigest = options.metricsToken ? sha256(options.metricsToken) : null;
   const authorize = (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
     if (!ctx.authEnabled && tokenDigest === null) return done();
