@@ -32,11 +32,15 @@ export function decideAfterFailure(
 
 /** A running job whose worker stopped heartbeating: run it again at once, or fail when spent. */
 export function decideAfterLostWorker(attempts: number, maxAttempts: number, now: number): FailureOutcome {
-  const error: JobError = { message: 'worker stopped heartbeating (crashed or stuck)', code: 'HEARTBEAT_TIMEOUT', retryable: true };
-  if (attempts >= maxAttempts) {
-    return { to: 'failed', error: { ...error, retryable: false, message: `${error.message}; attempts exhausted: ${attempts}/${maxAttempts}` } };
-  }
-  return { to: 'retrying', runAt: now, error };
+  const error = lostWorkerError(attempts, maxAttempts);
+  return attempts >= maxAttempts ? { to: 'failed', error } : { to: 'retrying', runAt: now, error };
+}
+
+/** The error of attempt `attempts` whose worker stopped heartbeating (not retryable once it was the last). */
+export function lostWorkerError(attempts: number, maxAttempts: number): JobError {
+  const message = 'worker stopped heartbeating (crashed or stuck)';
+  if (attempts < maxAttempts) return { message, code: 'HEARTBEAT_TIMEOUT', retryable: true };
+  return { message: `${message}; attempts exhausted: ${attempts}/${maxAttempts}`, code: 'HEARTBEAT_TIMEOUT', retryable: false };
 }
 
 /** Whether a saved checkpoint may be handed to a new attempt of a task at `taskVersion`. */

@@ -16,6 +16,7 @@ import type { JobError } from './errors.js';
 import type { JobRecord } from './job.js';
 import { decideAfterLostWorker, type FailureOutcome } from './lifecycle.js';
 import type { JobState } from './states.js';
+import { owesCompensation, readWorkflow } from './workflow.js';
 
 /** What a transition changes besides the state (absent fields stay as they are). */
 export interface JobPatch {
@@ -279,7 +280,11 @@ export function suspend(job: JobRef, workerId: string, now: number, runAt: numbe
 
 type SweptJob = JobRef & Pick<JobRecord, 'workerId' | 'timeoutMs' | 'cancelReason'>;
 
-/** Attempts a compensating saga gets beyond its maxAttempts when its worker dies (see reapLostWorker). */
+/**
+ * Attempts a saga that owes compensation (core/workflow.ts owesCompensation) gets beyond its
+ * maxAttempts when its worker dies (see reapLostWorker): enough for a crash or two during the
+ * compensation itself, and a bound for a compensation that kills its process every time.
+ */
 export const COMPENSATION_EXTRA_ATTEMPTS = 3;
 
 /** running → cancelled for a job whose cancel request its handler cannot (or did not) honour. */
@@ -303,25 +308,24 @@ export function forceCancel(job: SweptJob, now: number, why: 'drain' | 'heartbea
  * A running job whose worker stopped heartbeating: requeued while attempts remain, failed when
  * spent; cancelled when a cancel was asked for (no worker is left to honour it: requeueing would
  * run the job again, failing would report a crash instead of the cancel).
+ *
+ * A saga that owes compensation (it completed steps and no compensation of it failed) is
+ * requeued even when its attempts are spent: failing it would leave its completed steps done and
+ * not undone. An attempt beyond maxAttempts only compensates (workflow/saga.ts: the step the
+ * worker died in does not run again, and the job ends failed with this error, `attempts
+ * exhausted`, compensated). At most COMPENSATION_EXTRA_ATTEMPTS such attempts: a saga whose
+ * compensation kills its process every time then ends failed here, its journal saying which
+ * steps were compensated. The reason stays `heartbeat lost; requeued` (one of ZOMBIE_REASONS);
+ * the saga's first note on its next attempt says why it compensates.
  */
 export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'maxAttempts' | 'cancelRequested' | 'workflow'>, now: number): TransitionParams {
   if (job.cancelRequested) return forceCancel(job, now, 'heartbeat lost');
-  // A saga that was compensating when its worker died goes on compensating, even on its last
-  // attempt: failing it now would leave its completed steps done and not undone. A few extra
-  // attempts at most, so that a compensation that kills its process every time still ends.
-  const compensating = job.workflow?.compensation != null && job.workflow.compensation.failed === null;
-  const budget = compensating ? job.maxAttempts + COMPENSATION_EXTRA_ATTEMPTS : job.maxAttempts;
-  const d = decideAfterLostWorker(job.attempts, budget, now);
-  return {
-    id: job.id,
-    from: 'running',
-    to: d.to,
-    lease: job.lease,
-    reason: d.to === 'failed' ? 'heartbeat lost; attempts exhausted' : 'heartbeat lost; requeued',
-    at: now,
-    workerId: job.workerId,
-    patch: d.to === 'failed' ? { error: d.error, finishedAt: now } : { error: d.error, runAt: d.runAt },
-  };
+  const d = decideAfterLostWorker(job.attempts, job.maxAttempts, now);
+  const write = { id: job.id, from: 'running' as const, lease: job.lease, at: now, workerId: job.workerId };
+  if (d.to === 'retrying') return { ...write, to: 'retrying', reason: 'heartbeat lost; requeued', patch: { error: d.error, runAt: d.runAt } };
+  const extra = job.attempts < job.maxAttempts + COMPENSATION_EXTRA_ATTEMPTS && owesCompensation(readWorkflow(job.workflow));
+  if (extra) return { ...write, to: 'retrying', reason: 'heartbeat lost; requeued', patch: { error: d.error, runAt: now } };
+  return { ...write, to: 'failed', reason: 'heartbeat lost; attempts exhausted', patch: { error: d.error, finishedAt: now } };
 }
 
 /**

@@ -78,6 +78,26 @@ export function readWorkflow(value: unknown): WorkflowState {
   };
 }
 
+/**
+ * Whether ending a saga's job now would leave completed steps done and not undone: it completed
+ * steps and has not begun compensating, or its compensation is under way (no compensation of
+ * it failed: after a failed one it stops on purpose). The reaper runs such a saga again even
+ * when its attempts are spent (core/transitions.ts reapLostWorker).
+ */
+export function owesCompensation(journal: WorkflowState): boolean {
+  if (journal.compensation !== null) return journal.compensation.failed === null;
+  return journal.steps.length > 0;
+}
+
+/**
+ * Whether attempt `attempts` may only compensate: an attempt beyond the job's `maxAttempts`,
+ * which only the reaper grants (to a saga whose worker died with compensation owed). It runs
+ * no step forward (workflow/saga.ts): the step not done yet failed with the worker.
+ */
+export function compensationOnly(attempts: number, maxAttempts: number): boolean {
+  return attempts > maxAttempts;
+}
+
 /** What a job waits for, as a snapshot shows it while the job is `waiting`. */
 export interface JobWait {
   kind: 'children' | 'sleep' | 'signal';

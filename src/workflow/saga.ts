@@ -9,9 +9,17 @@
  *
  * A step that fails with attempts left fails the attempt as any handler error does: the job is
  * retried with backoff, and the next attempt starts at the step that failed.
+ *
+ * A worker that dies (its heartbeat lost) fails its attempt the same way: the reaper requeues
+ * the job while attempts remain, and the step it died in runs again. When it dies on the last
+ * attempt with steps completed, the reaper grants one attempt more (core/transitions.ts
+ * reapLostWorker), which only compensates: the step the worker died in is taken as failed with
+ * the lost worker's error (the job's last error) and is not run again.
  */
 import { classifyError, FatalError } from '../core/errors.js';
 import type { JobRecord } from '../core/job.js';
+import { lostWorkerError } from '../core/lifecycle.js';
+import { compensationOnly } from '../core/workflow.js';
 import type { SagaStep, Task, TaskContext } from '../task-api/define.js';
 import { storedResult } from '../worker/attempt-end.js';
 import type { WorkflowRun } from './run.js';
@@ -27,12 +35,20 @@ function stepOf(task: Task, name: string): SagaStep | undefined {
 }
 
 /** Runs the saga from where its journal stands; resolves to the last step's output. */
-export async function runSaga(task: Task, job: Pick<JobRecord, 'attempts' | 'maxAttempts'>, input: unknown, ctx: TaskContext, wf: WorkflowRun, host: SagaHost): Promise<unknown> {
+export async function runSaga(task: Task, job: Pick<JobRecord, 'attempts' | 'maxAttempts' | 'error'>, input: unknown, ctx: TaskContext, wf: WorkflowRun, host: SagaHost): Promise<unknown> {
   const journal = wf.journal;
   if (journal.compensation === null) {
     let previous: unknown = journal.steps.at(-1)?.output;
     for (const step of task.steps as readonly SagaStep[]) {
       if (journal.steps.some((s) => s.name === step.name)) continue;
+      if (compensationOnly(job.attempts, job.maxAttempts)) {
+        // Its worker died in this step on the job's last attempt: undo the steps done, do not run it again.
+        const error = job.error ?? lostWorkerError(job.maxAttempts, job.maxAttempts);
+        journal.compensation = { failedStep: step.name, error, done: [], failed: null };
+        await wf.save();
+        await host.note(`step ${step.name} lost with its worker on the last attempt; compensating`);
+        break;
+      }
       let output: unknown;
       try {
         output = await wf.inScope(`step:${step.name}`, async () => await step.run(input, ctx, previous));

@@ -1,5 +1,6 @@
 /**
- * Workflow rules without a store: the suspend transition, a compensating saga's reaping, the
+ * Workflow rules without a store: the suspend transition, the reaping of a saga whose worker died
+ * (and the attempt beyond maxAttempts it may get, which only compensates), the
  * aggregate progress of a parent, the journal's replay rules (a wait reached in another order
  * fails instead of taking another wait's outcome), and the checks of stages and steps.
  */
@@ -9,11 +10,12 @@ import { JobBus } from '../../src/channel/bus.js';
 import { FatalError } from '../../src/core/errors.js';
 import type { JobRecord } from '../../src/core/job.js';
 import { canTransition } from '../../src/core/states.js';
-import { COMPENSATION_EXTRA_ATTEMPTS, eventsOf, reapLostWorker, suspend } from '../../src/core/transitions.js';
-import { aggregateProgress, emptyWorkflow, NEVER, readWorkflow, type WorkflowState } from '../../src/core/workflow.js';
+import { COMPENSATION_EXTRA_ATTEMPTS, eventsOf, reapLostWorker, suspend, ZOMBIE_REASONS } from '../../src/core/transitions.js';
+import { aggregateProgress, compensationOnly, emptyWorkflow, NEVER, owesCompensation, readWorkflow, type WorkflowState } from '../../src/core/workflow.js';
 import type { Store } from '../../src/store/store.js';
-import { defineTask } from '../../src/task-api/define.js';
+import { defineTask, type TaskContext } from '../../src/task-api/define.js';
 import { Suspended, type WorkflowHost, WorkflowRun } from '../../src/workflow/run.js';
+import { runSaga } from '../../src/workflow/saga.js';
 
 import { runningJob } from '../support/job-record.js';
 
@@ -49,6 +51,46 @@ describe('the suspend transition', () => {
   });
 });
 
+/** A host whose store records calls; `suspend` always suspends; `saveWorkflow` keeps copies of the journals in `saved`. */
+function host(now = NOW): { host: WorkflowHost; calls: string[]; saved: WorkflowState[] } {
+  const calls: string[] = [];
+  const saved: WorkflowState[] = [];
+  const store = {
+    suspend: async (p: { wait: { kind: string } }) => {
+      calls.push(`suspend:${p.wait.kind}`);
+      return { kind: 'suspended' };
+    },
+    consumedSignal: async () => {
+      calls.push('consumedSignal');
+      return null;
+    },
+    saveWorkflow: async (p: { workflow: WorkflowState }) => {
+      calls.push('saveWorkflow');
+      saved.push(structuredClone(p.workflow));
+      return true;
+    },
+  } as unknown as Store;
+  return {
+    calls,
+    saved,
+    host: {
+      store,
+      bus: new JobBus(),
+      clock: () => now,
+      workerId: 'w1',
+      prepareChild: () => {
+        throw new Error('no children here');
+      },
+      cancelChildren: async () => 0,
+      retry: (_what, write) => write(),
+      onSuspended: () => undefined,
+      onCancelRequested: () => undefined,
+      onLeaseLost: () => undefined,
+      signal: new AbortController().signal,
+    },
+  };
+}
+
 describe('reaping a compensating saga', () => {
   const compensating = (failed: boolean): WorkflowState => ({
     ...emptyWorkflow(),
@@ -65,6 +107,104 @@ describe('reaping a compensating saga', () => {
     assert.equal(reapLostWorker(job({ attempts: 3 + COMPENSATION_EXTRA_ATTEMPTS, maxAttempts: 3, workflow: compensating(false) }), NOW).to, 'failed');
     assert.equal(reapLostWorker(job({ attempts: 3, maxAttempts: 3, workflow: compensating(true) }), NOW).to, 'failed');
     assert.equal(reapLostWorker(job({ attempts: 3, maxAttempts: 3 }), NOW).to, 'failed');
+  });
+});
+
+describe('reaping a saga whose worker died in a step', () => {
+  const done = (...names: string[]): WorkflowState => ({ ...emptyWorkflow(), steps: names.map((name, i) => ({ name, output: i })) });
+  const exhausted = { message: 'worker stopped heartbeating (crashed or stuck); attempts exhausted: 2/2', code: 'HEARTBEAT_TIMEOUT', retryable: false };
+
+  it('on its last attempt with steps done: requeued at once for an attempt that compensates, with the lost worker’s error', () => {
+    const w = reapLostWorker(job({ attempts: 2, maxAttempts: 2, workflow: done('s1', 's2') }), NOW);
+    assert.deepEqual(w, {
+      id: 'j1',
+      from: 'running',
+      to: 'retrying',
+      lease: 4,
+      at: NOW,
+      workerId: 'w1',
+      reason: 'heartbeat lost; requeued',
+      patch: { error: exhausted, runAt: NOW },
+    });
+    assert.ok(ZOMBIE_REASONS.includes(w.reason), 'still counted as a zombie reaped');
+    assert.ok(owesCompensation(done('s1')));
+    assert.ok(compensationOnly(3, 2) && !compensationOnly(2, 2));
+  });
+
+  it('with attempts left: requeued as any job (the step runs again); with no step done: failed', () => {
+    const again = reapLostWorker(job({ attempts: 1, maxAttempts: 2, workflow: done('s1', 's2') }), NOW);
+    assert.equal(again.to, 'retrying');
+    assert.equal(again.patch?.error?.retryable, true);
+    const none = reapLostWorker(job({ attempts: 2, maxAttempts: 2, workflow: done() }), NOW);
+    assert.equal(none.to, 'failed');
+    assert.equal(none.reason, 'heartbeat lost; attempts exhausted');
+    assert.equal(owesCompensation(done()), false);
+  });
+
+  it('bounded: reaped again and again (a compensation that kills its process), it fails after COMPENSATION_EXTRA_ATTEMPTS more', () => {
+    const ends: string[] = [];
+    for (let attempts = 2; attempts <= 2 + COMPENSATION_EXTRA_ATTEMPTS; attempts++) {
+      ends.push(reapLostWorker(job({ attempts, maxAttempts: 2, workflow: done('s1', 's2') }), NOW).to);
+    }
+    assert.deepEqual(ends, [...Array(COMPENSATION_EXTRA_ATTEMPTS).fill('retrying'), 'failed']);
+    const last = reapLostWorker(job({ attempts: 2 + COMPENSATION_EXTRA_ATTEMPTS, maxAttempts: 2, workflow: done('s1', 's2') }), NOW);
+    assert.equal(last.reason, 'heartbeat lost; attempts exhausted');
+    assert.equal(last.patch?.error?.code, 'HEARTBEAT_TIMEOUT');
+  });
+
+  it('a cancel requested before the worker died still ends it cancelled', () => {
+    assert.equal(reapLostWorker(job({ attempts: 2, maxAttempts: 2, workflow: done('s1'), cancelRequested: true, cancelReason: 'user' }), NOW).to, 'cancelled');
+  });
+});
+
+describe('a saga’s attempt beyond maxAttempts (granted by the reaper)', () => {
+  const exhausted = { message: 'worker stopped heartbeating (crashed or stuck); attempts exhausted: 2/2', code: 'HEARTBEAT_TIMEOUT', retryable: false };
+
+  /** The saga s1, s2, s3; what its steps and compensations did goes to `did`. */
+  function saga(did: string[]) {
+    const step = (name: string) => ({
+      name,
+      run: () => {
+        did.push(`run ${name}`);
+        return name;
+      },
+      compensate: () => void did.push(`compensate ${name}`),
+    });
+    return defineTask({ type: 'saga', maxAttempts: 2, steps: [step('s1'), step('s2'), step('s3')] });
+  }
+
+  async function run(journal: WorkflowState, attempts: number): Promise<{ did: string[]; notes: string[]; saved: WorkflowState[]; outcome: unknown }> {
+    const did: string[] = [];
+    const notes: string[] = [];
+    const h = host();
+    const record = job({ attempts, maxAttempts: 2, error: exhausted, workflow: journal });
+    const wf = new WorkflowRun(record, h.host);
+    const ctx = { signal: new AbortController().signal } as unknown as TaskContext;
+    const outcome = await runSaga(saga(did), record, null, ctx, wf, { note: async (r) => void notes.push(r) }).catch((err: unknown) => err);
+    return { did, notes, saved: h.saved, outcome };
+  }
+
+  const done = (...names: string[]): WorkflowState => ({ ...emptyWorkflow(), steps: names.map((name) => ({ name, output: name })) });
+
+  it('does not run the step its worker died in: compensates the steps done, in reverse, and fails with the lost worker’s error', async () => {
+    const r = await run(done('s1', 's2'), 3);
+    assert.deepEqual(r.did, ['compensate s2', 'compensate s1']);
+    assert.deepEqual(r.notes, ['step s3 lost with its worker on the last attempt; compensating', 'compensated s2', 'compensated s1']);
+    assert.ok(r.outcome instanceof FatalError);
+    assert.equal(r.outcome.code, 'HEARTBEAT_TIMEOUT');
+    assert.equal(r.outcome.message, `step "s3" failed: ${exhausted.message}`);
+    assert.deepEqual(r.outcome.details, { compensated: true });
+    // The first save records why it compensates before any compensation runs (a crash then resumes compensating).
+    assert.deepEqual(r.saved[0]?.compensation, { failedStep: 's3', error: exhausted, done: [], failed: null });
+  });
+
+  it('an ordinary attempt runs the remaining step; one that finds every step done returns the last output', async () => {
+    const ordinary = await run(done('s1', 's2'), 2);
+    assert.deepEqual(ordinary.did, ['run s3']);
+    assert.equal(ordinary.outcome, 's3');
+    const complete = await run(done('s1', 's2', 's3'), 3);
+    assert.deepEqual(complete.did, []);
+    assert.equal(complete.outcome, 's3');
   });
 });
 
@@ -85,39 +225,6 @@ describe('the journal', () => {
     assert.deepEqual(readWorkflow({ waits: { '#0': { kind: 'sleep', until: 1 } } }), { ...emptyWorkflow(), waits: { '#0': { kind: 'sleep', until: 1 } } });
     assert.deepEqual(readWorkflow(null), emptyWorkflow());
   });
-
-  /** A host whose store records calls; `suspend` always suspends. */
-  function host(now = NOW): { host: WorkflowHost; calls: string[] } {
-    const calls: string[] = [];
-    const store = {
-      suspend: async (p: { wait: { kind: string } }) => {
-        calls.push(`suspend:${p.wait.kind}`);
-        return { kind: 'suspended' };
-      },
-      consumedSignal: async () => {
-        calls.push('consumedSignal');
-        return null;
-      },
-    } as unknown as Store;
-    return {
-      calls,
-      host: {
-        store,
-        bus: new JobBus(),
-        clock: () => now,
-        workerId: 'w1',
-        prepareChild: () => {
-          throw new Error('no children here');
-        },
-        cancelChildren: async () => 0,
-        retry: (_what, write) => write(),
-        onSuspended: () => undefined,
-        onCancelRequested: () => undefined,
-        onLeaseLost: () => undefined,
-        signal: new AbortController().signal,
-      },
-    };
-  }
 
   it('a sleep whose time has come returns from the journal without a store call; one not yet over suspends again', async () => {
     const past = { ...emptyWorkflow(), waits: { '#0': { kind: 'sleep' as const, until: NOW - 1 }, '#1': { kind: 'sleep' as const, until: NOW + 1000 } } };

@@ -14,8 +14,8 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { uuidv7 } from '../../../src/core/ids.js';
 import { type JobRecord, toSnapshot } from '../../../src/core/job.js';
 import { JOB_STATES, type JobState } from '../../../src/core/states.js';
-import { manualRetry, suspend, succeed } from '../../../src/core/transitions.js';
-import { emptyWorkflow, NEVER, type WaitCondition, type WorkflowState } from '../../../src/core/workflow.js';
+import { manualRetry, reapLostWorker, suspend, succeed } from '../../../src/core/transitions.js';
+import { compensationOnly, emptyWorkflow, NEVER, type WaitCondition, type WorkflowState } from '../../../src/core/workflow.js';
 import type { NewJob, Store, SuspendResult } from '../../../src/store/store.js';
 import { assertLogReplays, contractHelpers, newJob, T0 } from './fixtures.js';
 
@@ -203,6 +203,36 @@ export function runWorkflowContract(name: string, makeStore: () => Promise<Store
         assert.equal(await store.saveWorkflow({ id: r.id, lease: r.lease, workflow: journal('c'), now: T0 + 2 }), false);
         assert.deepEqual((await get(r.id)).workflow, journal('a'));
         assert.equal(await store.saveWorkflow({ id: uuidv7(), lease: 1, workflow: journal('d'), now: T0 }), false);
+      });
+    });
+
+    describe('a saga whose worker died on its last attempt', () => {
+      it('its stale candidate carries its journal; the reaper requeues it; the next claim is an attempt beyond maxAttempts with the lost worker’s error and the journal', async () => {
+        const r = await running({ maxAttempts: 1, heartbeatTimeoutMs: 1_000 });
+        const steps: WorkflowState = { ...emptyWorkflow(), steps: [{ name: 's1', output: { id: 'c1' } }, { name: 's2', output: 2 }] };
+        assert.equal(await store.saveWorkflow({ id: r.id, lease: r.lease, workflow: steps, now: T0 }), true);
+        const stale = await store.sweepCandidates({ kind: 'stale', now: T0 + 5_000, limit: 10 });
+        assert.deepEqual(
+          stale.map((j) => [j.id, j.attempts, j.maxAttempts, j.workflow]),
+          [[r.id, 1, 1, steps]],
+        );
+        const reap = reapLostWorker(stale[0] as JobRecord, T0 + 5_000);
+        assert.equal(reap.to, 'retrying', 'its completed steps are owed compensation');
+        assert.ok(await apply(reap));
+        await store.promoteDue({ now: T0 + 5_001, limit: 10 });
+        const again = await claimOne({ types: [{ type: r.type }], now: T0 + 5_001 });
+        assert.equal(again.id, r.id);
+        assert.deepEqual([again.attempts, again.maxAttempts, compensationOnly(again.attempts, again.maxAttempts)], [2, 1, true]);
+        assert.deepEqual(again.error, reap.patch?.error);
+        assert.equal(again.error?.code, 'HEARTBEAT_TIMEOUT');
+        assert.deepEqual(again.workflow, steps);
+        const entries = await log(r.id);
+        assert.deepEqual(
+          entries.slice(-3).map((e) => `${e.from}>${e.to}:${e.attempt}`),
+          ['running>retrying:1', 'retrying>queued:1', 'queued>running:2'],
+        );
+        assert.equal(entries.at(-3)?.reason, 'heartbeat lost; requeued');
+        assertLogReplays(entries, again);
       });
     });
 
