@@ -3,7 +3,7 @@
  * memory and latencies, to show whether memory stays flat.
  *
  *   npm run build
- *   node --import tsx bench/soak.ts --minutes 30 [--rate 150] [--feeds 100] [--streams 200] [--reopens 2000]
+ *   node --import tsx bench/soak.ts --minutes 30 [--rate 150] [--feeds 100] [--streams 200] [--reopens 2000] [--ws 100]
  *
  * The load, all on 127.0.0.1:
  * - `--rate` jobs/s submitted with POST /v1/jobs; each job (`soak.steps`) reports progress
@@ -11,7 +11,11 @@
  * - `--feeds` connections on GET /v1/events (the tenant-wide SSE feed), held the whole run;
  * - `--streams` per-job SSE streams (GET /v1/jobs/{id}/events), each on one of the newest jobs,
  *   reopened on a newer one `--reopens` times a second in all: a stream still open when its
- *   turn comes is closed by the client, most end on their own at the job's terminal frame.
+ *   turn comes is closed by the client, most end on their own at the job's terminal frame;
+ * - `--ws` WebSocket connections on GET /v1/ws, held the whole run: each job submitted is
+ *   subscribed to on one of them in turn (`{"op":"subscribe"}`), and followed to its terminal
+ *   snapshot; the delay from each change (the snapshot's `updatedAt`) to its receipt is
+ *   measured ("ws" columns).
  *
  * Every `--sample-s` seconds it records the server's RSS (/proc/<pid>/status: anonymous and
  * file-backed apart, since SQLite maps the database file), its JS heap (`process.memoryUsage()`
@@ -44,6 +48,7 @@ const steps = numFlag('steps', 4);
 const stepMs = numFlag('step-ms', 25);
 const feeds = numFlag('feeds', 100);
 const streams = numFlag('streams', 200);
+const wsClients = numFlag('ws', 0);
 const reopens = numFlag('reopens', 2000);
 const sampleS = numFlag('sample-s', minutes >= 20 ? 30 : 10);
 const warmupMin = numFlag('warmup-min', Math.min(5, Math.max(1, minutes / 5)));
@@ -243,6 +248,8 @@ interface Interval {
   feedDelayMs: number[];
   streamFirstMs: number[];
   streamDelayMs: number[];
+  wsDelayMs: number[];
+  wsErrors: number;
   opened: number;
   endedByServer: number;
   closedByClient: number;
@@ -261,6 +268,8 @@ const fresh = (): Interval => ({
   feedDelayMs: [],
   streamFirstMs: [],
   streamDelayMs: [],
+  wsDelayMs: [],
+  wsErrors: 0,
   opened: 0,
   endedByServer: 0,
   closedByClient: 0,
@@ -284,6 +293,9 @@ const totals = {
   streamErrors: 0,
   feedErrors: 0,
   errorFrames: 0,
+  wsSubscribed: 0,
+  wsEnded: 0,
+  wsErrors: 0,
 };
 const errorSamples: string[] = [];
 const noteError = (what: string) => {
@@ -351,8 +363,10 @@ async function submitter(base: URL): Promise<void> {
           cur.submitMs.push(performance.now() - t0);
           cur.submitted++;
           totals.submitted++;
-          recent.push((JSON.parse(text) as { id: string }).id);
+          const id = (JSON.parse(text) as { id: string }).id;
+          recent.push(id);
           if (recent.length > RECENT) recent.shift();
+          if (sockets.length > 0) (sockets[nextSocket++ % sockets.length] as WsClient).subscribe(id);
         });
       },
     );
@@ -423,6 +437,73 @@ function feedConnection(base: URL, measured: boolean, index: number): { close():
   open();
   return { close: () => req?.destroy() };
 }
+
+/** One WebSocket connection on /v1/ws, following the jobs it is given to their end (reconnects if closed). */
+class WsClient {
+  private ws: WebSocket | null = null;
+  /** Jobs followed on this connection and the updatedAt of the last snapshot of each (0: none yet). */
+  private readonly following = new Map<string, number>();
+
+  constructor(
+    private readonly base: URL,
+    private readonly index: number,
+  ) {
+    this.open();
+  }
+
+  private fail(what: string): void {
+    cur.wsErrors++;
+    totals.wsErrors++;
+    noteError(`ws ${this.index}: ${what}`);
+  }
+
+  private open(): void {
+    if (!running) return;
+    const ws = new WebSocket(`ws://${this.base.host}/v1/ws`, { perMessageDeflate: false });
+    this.ws = ws;
+    ws.on('open', () => {
+      for (const id of this.following.keys()) ws.send(JSON.stringify({ op: 'subscribe', id }));
+    });
+    ws.on('message', (data: Buffer) => {
+      const at = Date.now();
+      const msg = JSON.parse(data.toString()) as { type: string; job?: { id: string; status: string; updatedAt: string }; code?: string; message?: string };
+      if (msg.type === 'error') {
+        totals.errorFrames++;
+        this.fail(`error message ${msg.code}: ${msg.message}`);
+        return;
+      }
+      if (msg.type !== 'snapshot' || !msg.job) return;
+      const { id, status } = msg.job;
+      const changedAt = Date.parse(msg.job.updatedAt);
+      const last = this.following.get(id);
+      // The first snapshot is the state at subscribe time, not a change: not a delay.
+      if (last !== undefined && last > 0 && changedAt > last) cur.wsDelayMs.push(at - changedAt);
+      if (status === 'succeeded' || status === 'failed' || status === 'cancelled' || status === 'expired') {
+        this.following.delete(id);
+        totals.wsEnded++;
+      } else this.following.set(id, changedAt);
+    });
+    ws.on('error', (err) => this.fail(err.message));
+    ws.on('close', () => {
+      if (!running) return;
+      this.fail('closed by the server');
+      setTimeout(() => this.open(), 1000);
+    });
+  }
+
+  subscribe(id: string): void {
+    this.following.set(id, 0);
+    totals.wsSubscribed++;
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ op: 'subscribe', id }));
+  }
+
+  close(): void {
+    this.ws?.close();
+  }
+}
+
+const sockets: WsClient[] = [];
+let nextSocket = 0;
 
 /** One per-job stream slot: opens a stream on a new job every `periodMs`, closing one still open. */
 async function streamSlot(base: URL, agent: http.Agent, periodMs: number): Promise<void> {
@@ -525,6 +606,8 @@ interface Sample {
   firstP99: number;
   streamP50: number;
   streamP99: number;
+  wsP50: number;
+  wsP99: number;
   reopensPerSec: number;
   succeededPerSec: number;
   /** Jobs accepted and not yet seen succeeded on the first feed connection. */
@@ -577,6 +660,8 @@ const HEADERS = [
   '1st p99',
   'ev p50',
   'ev p99',
+  'ws p50',
+  'ws p99',
   'opens/s',
   'done/s',
   'backlog',
@@ -606,6 +691,8 @@ function row(s: Sample): string[] {
     f1(s.firstP99),
     f0(s.streamP50),
     f0(s.streamP99),
+    f0(s.wsP50),
+    f0(s.wsP99),
     f0(s.reopensPerSec),
     f0(s.succeededPerSec),
     f0(s.backlog),
@@ -618,7 +705,7 @@ function row(s: Sample): string[] {
 // ---- the run -------------------------------------------------------------------------------
 
 console.log(
-  `soak: ${minutes} min, ${rate} jobs/s (${steps} progress reports ${stepMs} ms apart), ${feeds} feed connections, ${streams} per-job streams reopened ${reopens}/s, ` +
+  `soak: ${minutes} min, ${rate} jobs/s (${steps} progress reports ${stepMs} ms apart), ${feeds} feed connections, ${streams} per-job streams reopened ${reopens}/s, ${wsClients} WebSocket clients, ` +
     `worker concurrency ${concurrency}, sample every ${sampleS} s, slope after ${warmupMin} min${forceGc ? ', heap after a full GC' : ''}`,
 );
 console.log(`lib ${lib}; ${gitState(['src', 'bench/soak.ts'])}; node ${process.version}; ${loadNote('at start', true)}`);
@@ -641,6 +728,7 @@ let lastGen = process.cpuUsage();
 const snapshotsDone = new Set<number>();
 if (snapshotDir) mkdirSync(snapshotDir, { recursive: true });
 
+for (let i = 0; i < wsClients; i++) sockets.push(new WsClient(server.base, i));
 const submitting = submitter(server.base);
 const feedConns = Array.from({ length: feeds }, (_, i) => feedConnection(server.base, i < measuredFeeds, i));
 const streamAgent = new http.Agent({ keepAlive: true, maxSockets: streams + 8 });
@@ -688,11 +776,13 @@ while (elapsedMin() < minutes) {
     firstP99: q(interval.streamFirstMs, 0.99),
     streamP50: q(interval.streamDelayMs, 0.5),
     streamP99: q(interval.streamDelayMs, 0.99),
+    wsP50: q(interval.wsDelayMs, 0.5),
+    wsP99: q(interval.wsDelayMs, 0.99),
     reopensPerSec: interval.opened / secs,
     succeededPerSec: interval.succeeded / secs,
     backlog: feeds > 0 ? totals.submitted - totals.succeededOnFeed : Number.NaN,
     noFramePerSec: interval.noFrame / secs,
-    errors: interval.submitErrors + interval.streamErrors + interval.feedErrors,
+    errors: interval.submitErrors + interval.streamErrors + interval.feedErrors + interval.wsErrors,
     load: loadavg()[0] ?? Number.NaN,
   };
   samples.push(s);
@@ -711,6 +801,7 @@ while (elapsedMin() < minutes) {
 running = false;
 await submitting;
 for (const c of feedConns) c.close();
+for (const w of sockets) w.close();
 await Promise.all(slots);
 streamAgent.destroy();
 const getJson = async (path: string) => (await fetch(new URL(path, server.base))).json() as Promise<{ counts: Record<string, number> }>;
@@ -740,6 +831,7 @@ console.log(
 console.log(
   `submitted ${totals.submitted} jobs (${totals.submitErrors} refused or failed, ${totals.submitRetries} sent again after a reset of a kept-alive socket); final counts ${JSON.stringify(counts)}; ` +
     `per-job streams opened ${totals.opened} (${totals.endedByServer} ended by the server, ${totals.closedByClient} closed by the client, ${totals.noFrame} of them before any frame, ${totals.streamErrors} errors, ${totals.errorFrames} error frames); ` +
+    `WebSocket subscriptions ${totals.wsSubscribed} (${totals.wsEnded} followed to their end, ${totals.wsErrors} errors); ` +
     `feed errors ${totals.feedErrors}; server warnings/errors logged ${server.warnings}`,
 );
 for (const e of errorSamples) console.log(`  error: ${e}`);
@@ -753,6 +845,7 @@ const result = {
     stepMs,
     feeds,
     streams,
+    wsClients,
     reopens,
     sampleS,
     warmupMin,
