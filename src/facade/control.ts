@@ -9,7 +9,7 @@ import { IMMEDIATELY_CANCELLABLE, isTerminal } from '../core/states.js';
 import { cancelNow, manualRetry, requestCancel } from '../core/transitions.js';
 import type { JobQueueStore, WebhookOutboxStore, WorkflowStore } from '../store/store.js';
 import { applyTransition } from '../transitions/apply.js';
-import { cancelChildren } from '../workflow/cancel-children.js';
+import { cancelChildren, PARENT_CANCELLED } from '../workflow/cancel-children.js';
 import { mustGetJob, type TenantScope, withChildren } from './reads.js';
 
 export interface ControlContext {
@@ -18,9 +18,6 @@ export interface ControlContext {
   /** Where applied transitions are announced (streams, webhooks, workers running the job). */
   readonly bus: JobBus;
 }
-
-/** Why a cancelled parent's children are cancelled (their log and error say it). */
-export const PARENT_CANCELLED = 'parent cancelled';
 
 /**
  * Queued work (pending, queued, retrying, waiting) is cancelled at once; a running job gets a

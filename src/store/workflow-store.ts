@@ -26,9 +26,23 @@ export type SuspendResult =
   /** The lease moved on (or the job is not running): nothing changed. */
   | { kind: 'lost' };
 
+/**
+ * A child the store stopped because a sibling failed under their parent's fail-fast wait: the
+ * transition it applied (core/transitions.ts `cancelAsChild`, or `requestCancelAsChild` for a
+ * running child), for the caller to announce; `childrenTotal` > 0 when it has children of its
+ * own, which the caller cancels in turn (workflow/cancel-children.ts).
+ */
+export interface StoppedSibling {
+  job: JobIdentity & { parentId: string };
+  write: TransitionParams;
+  childrenTotal: number;
+}
+
 /** A waiting job the store queued again, for the caller to announce (`job:changed` waiting → queued). */
 export interface ResumedJob extends JobIdentity {
   reason: string;
+  /** Reason 'child failed' only: the open siblings stopped in the same transaction (absent when there were none). */
+  stopped?: StoppedSibling[];
 }
 
 export type SignalResult =
@@ -47,6 +61,12 @@ export type SignalResult =
  *   pending and retrying jobs, reason 'wait over'), when the signal it waits for arrives
  *   (`sendSignal`), or when its children are done (`resumeParents`, reason 'children done', or
  *   'child failed' for a failFast wait). Every resumption appends one log entry.
+ * - Fail-fast: the transaction that queues a parent with reason 'child failed' also stops the
+ *   parent's other open children, one log entry each naming the failed child (store/fail-fast.ts):
+ *   pending, queued, retrying and waiting ones are cancelled, a running one gets a cancel request
+ *   (none when one is already recorded). They come back in `ResumedJob.stopped`, for the caller
+ *   to announce and to cascade to their own children. No failed or cancelled child left (retried
+ *   since), nothing is stopped. A child both stopped and listed as a parent is stopped, not queued.
  * - A signal is never lost: one sent while the job is not waiting for it is kept and consumed,
  *   oldest first, by the next wait for that name. Each signal is consumed by one wait at most.
  */
@@ -57,7 +77,8 @@ export interface WorkflowStore {
   /**
    * Queues again each listed parent that waits for its children and whose children are now all
    * terminal, or (failFast wait, `childFailed`) one of whose children just failed or was
-   * cancelled. Called after children end; a parent not in that case is left alone.
+   * cancelled (its open siblings stopped in the same transaction, see above). Called after
+   * children end; a parent not in that case is left alone.
    */
   resumeParents(params: { parents: ReadonlyArray<{ id: string; childFailed: boolean }>; at: number }): Promise<ResumedJob[]>;
   /** The same for every parent in that case, at most `limit` (the sweeper's backstop after a crash between a child's end and its resumeParents). */

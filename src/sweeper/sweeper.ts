@@ -12,7 +12,7 @@ import type { JobRecord } from '../core/job.js';
 import { expireResult, flagStalled, forceCancel, reapLostWorker, requestTimeout, type TransitionParams } from '../core/transitions.js';
 import { STATS_WINDOW_MS } from '../core/stats-window.js';
 import type { JobQueueStore, WorkflowStore } from '../store/store.js';
-import { announceResumed } from '../workflow/signals.js';
+import { announceResumedParents } from '../workflow/fail-fast.js';
 import { applyTransitions } from '../transitions/apply.js';
 
 export interface SweeperOptions {
@@ -131,7 +131,12 @@ export class Sweeper {
 
     // Parents whose children ended while no process could queue them again (a crash in between).
     const stranded = await store.resumeStrandedParents({ at: now, limit: this.batch });
-    for (const r of stranded) announceResumed(this.options.bus, r, r.reason);
+    // A fail-fast parent's siblings stopped with it are announced too, and their children cancelled.
+    try {
+      await announceResumedParents(store, this.options.bus, stranded, now);
+    } catch (err) {
+      this.options.logger.warn({ err }, 'could not cancel the children of siblings stopped by a fail-fast parent');
+    }
     report.resumed = stranded.length;
 
     const expired = await store.sweepCandidates({ kind: 'expired', now, limit: this.batch });

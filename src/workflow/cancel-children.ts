@@ -1,9 +1,11 @@
 /**
- * Cancel cascading: when a parent is cancelled (or, for a fail-fast wait, one of its children
- * failed), its open children are cancelled too, and theirs in turn. A child that no worker holds
- * is cancelled at once; a running one gets a cancel request (its handler's ctx.signal fires, and
- * the sweeper forces it after the drain period as for any cancel). Every write goes through
- * applyTransitions, so each one that applied is announced like a user's cancel.
+ * Cancel cascading: when a parent is cancelled, its open children are cancelled too, and theirs
+ * in turn. (A fail-fast wait's failed child: the store stops the siblings as it wakes the parent,
+ * fail-fast.ts; this cascade takes their children, and the parent's handler runs it again when
+ * it wakes, for any sibling left open.) A child that no worker holds is cancelled at once; a running one
+ * gets a cancel request (its handler's ctx.signal fires, and the sweeper forces it after the
+ * drain period as for any cancel). Every write goes through applyTransitions, so each one that
+ * applied is announced like a user's cancel.
  */
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
@@ -11,6 +13,9 @@ import type { JobState } from '../core/states.js';
 import { cancelAsChild, requestCancelAsChild } from '../core/transitions.js';
 import type { JobQueueStore } from '../store/store.js';
 import { applyTransitions, type Planned } from '../transitions/apply.js';
+
+/** Why a cancelled parent's children are cancelled (their log and error say it). */
+export const PARENT_CANCELLED = 'parent cancelled';
 
 /** The states of a child that still has to be cancelled. */
 const OPEN_STATES: JobState[] = ['pending', 'queued', 'retrying', 'waiting', 'running'];

@@ -3,7 +3,8 @@
  *
  * - When a child ends (a `job:changed` this process made into succeeded, failed or cancelled),
  *   its parent is handed to `store.resumeParents`, which queues the parent again once its
- *   children are done (or, fail-fast, at the first failure). Calls are coalesced: the children
+ *   children are done (or, fail-fast, at the first failure, stopping the open siblings in the
+ *   same transaction: fail-fast.ts announces them). Calls are coalesced: the children
  *   ending in one tick cost one store call. A process killed between a child's end and that
  *   call leaves the parent waiting: the sweeper's `resumeStrandedParents` finds it.
  * - A parent's progress is its children's: the share of children ended, plus the percent of
@@ -22,7 +23,7 @@ import type { JobBus } from '../channel/bus.js';
 import { aggregateProgress } from '../core/workflow.js';
 import { isTerminal, type JobState } from '../core/states.js';
 import type { ResumedJob, Store } from '../store/store.js';
-import { announceResumed } from './signals.js';
+import { announceResumedParents } from './fail-fast.js';
 
 export interface ParentTrackerOptions {
   store: Store;
@@ -111,10 +112,23 @@ export class ParentTracker {
     this.toResume.clear();
     this.flushing = (async () => {
       try {
-        this.announce(await this.o.store.resumeParents({ parents, at: this.clock() }));
-      } catch (err) {
-        // The sweeper's backstop (resumeStrandedParents) resumes them if this keeps failing.
-        this.o.log.warn({ err, parents: parents.length }, 'could not resume parents after their children ended; the sweeper will');
+        const at = this.clock();
+        let resumed: ResumedJob[];
+        try {
+          resumed = await this.o.store.resumeParents({ parents, at });
+        } catch (err) {
+          // The sweeper's backstop (resumeStrandedParents) resumes them if this keeps failing.
+          this.o.log.warn({ err, parents: parents.length }, 'could not resume parents after their children ended; the sweeper will');
+          return;
+        }
+        this.forget(resumed);
+        try {
+          await announceResumedParents(this.o.store, this.o.bus, resumed, at);
+        } catch (err) {
+          // The siblings are stopped and announced; some of their own children were not
+          // cancelled and run to their end, with nothing waiting for them (docs/workflows.md).
+          this.o.log.warn({ err }, 'could not cancel the children of siblings stopped by a fail-fast parent');
+        }
       } finally {
         this.flushing = null;
       }
@@ -122,10 +136,9 @@ export class ParentTracker {
     await this.flushing;
   }
 
-  /** Announces parents a store call queued again. */
-  announce(resumed: readonly ResumedJob[]): void {
+  /** Drops the progress state of parents queued again (no timer pending). */
+  private forget(resumed: readonly ResumedJob[]): void {
     for (const r of resumed) {
-      announceResumed(this.o.bus, r, r.reason);
       const s = this.parents.get(r.id);
       if (s && s.timer === null) this.parents.delete(r.id);
     }

@@ -182,6 +182,8 @@ export class WorkflowRun {
     const byState = await this.host.retry('children count', () => this.host.store.countChildren({ id: this.job.id }));
     const summary = summarize(byState);
     if (failFast && summary.failed + summary.cancelled > 0) {
+      // The store stopped the open siblings in the write that woke this job (store/fail-fast.ts);
+      // this is a backstop for any still open.
       await this.host.cancelChildren(this.job.id, this.host.clock(), 'sibling failed');
       const after = summarize(await this.host.store.countChildren({ id: this.job.id }));
       throw new ChildFailedError(after.failed, after.cancelled);

@@ -12,7 +12,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { after, afterEach, describe, it } from 'node:test';
 import type { SQLInputValue } from 'node:sqlite';
 import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
-import { OPEN_CHILD_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
+import { FAILED_CHILD_SQL, OPEN_CHILD_SQL, OPEN_SIBLINGS_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
 import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import { TENANT_BACKLOG_SQL } from '../../src/store/sqlite/submit-ops.js';
 import { PENDING_WEBHOOKS_SQL } from '../../src/store/sqlite/webhook-ops.js';
@@ -29,6 +29,7 @@ import { runDeadLetterContract } from './store-contract/dead-letters.js';
 import { runStatsContract } from './store-contract/stats.js';
 import { STATS_MIGRATION } from '../../src/store/sqlite/stats-schema.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
+import { runFailFastContract } from './store-contract/fail-fast.js';
 
 const dirs: string[] = [];
 
@@ -52,6 +53,7 @@ runJobQueueContract('sqlite (file)', () => openStore());
 runResultFileContract('sqlite (file)', () => openStore());
 runWebhookOutboxContract('sqlite (file)', () => openStore());
 runWorkflowContract('sqlite (file)', () => openStore());
+runFailFastContract('sqlite (file)', () => openStore());
 runScheduleContract('sqlite (file)', () => openStore());
 runRetentionContract('sqlite (file)', () => openStore());
 runClaimLimitsContract('sqlite (file)', () => openStore());
@@ -292,6 +294,9 @@ describe('SqliteStore specifics', () => {
     assert.match(stranded, /USING (COVERING )?INDEX jobs_open_children/, stranded);
     assert.match(stranded, /USING (COVERING )?INDEX jobs_failed_children/, stranded);
     assert.match(plan("SELECT id FROM jobs WHERE state IN ('pending', 'retrying', 'waiting') AND run_at <= ? ORDER BY run_at LIMIT 10", 0), /INDEX jobs_due/);
+    // Fail-fast: the failed child and the open siblings of one parent (not a walk of every ended job by finished_at).
+    assert.match(plan(FAILED_CHILD_SQL, 'p'), /USING INDEX jobs_failed_children/);
+    assert.match(plan(OPEN_SIBLINGS_SQL, 'p'), /USING INDEX jobs_open_children/);
   });
 });
 

@@ -13,8 +13,9 @@ import type pg from 'pg';
 import { isUuid } from '../../core/ids.js';
 import { JOB_STATES, type JobState, TERMINAL_STATES } from '../../core/states.js';
 import type { WorkflowState } from '../../core/workflow.js';
+import { CHILD_FAILED, siblingFailedReason, stopSibling } from '../fail-fast.js';
 import { parseJson } from '../job-row.js';
-import type { InsertResult, LeaseRef, NewJob, ResumedJob, SignalResult, SuspendParams, SuspendResult, TransitionParams } from '../store.js';
+import type { InsertResult, LeaseRef, NewJob, ResumedJob, SignalResult, StoppedSibling, SuspendParams, SuspendResult, TransitionParams } from '../store.js';
 import { checkSuspend } from '../suspend-check.js';
 import { encodeTransitions } from './transitions.js';
 
@@ -112,19 +113,62 @@ export class PgWorkflowOps {
     return this.resume(this.sql.lockStranded, [limit], params.at);
   }
 
-  /** Locks parents with `lockSql` (rows: id, tenant, type, reason or null) and queues those with a reason. */
+  /**
+   * Locks parents with `lockSql` (rows: id, tenant, type, reason or null) and queues those with a
+   * reason; those queued for 'child failed' have their open children stopped in the same
+   * apply_transitions call (store/fail-fast.ts), whatever their number: one statement to read and
+   * lock them, none per child. A parent that is itself stopped as a sibling is not queued, and its
+   * own children are left to the caller's cascade (as SQLite leaves them).
+   */
   private resume(lockSql: string, values: unknown[], at: number): Promise<ResumedJob[]> {
     return this.host.inTransaction(async (client) => {
-      const found = (await rows(client, lockSql, values)).filter((r) => r[3] !== null);
+      let found = (await rows(client, lockSql, values)).filter((r) => r[3] !== null);
       if (found.length === 0) return [];
-      const applied = await this.apply(
-        client,
-        found.map((r) => resumeWrite(r[0] as string, at, r[3] as string)),
-      );
+      const failing = found.filter((r) => r[3] === CHILD_FAILED).map((r) => r[0] as string);
+      const stopped = failing.length > 0 ? await this.openSiblings(client, failing, at) : new Map<string, StoppedSibling[]>();
+      const stoppedIds = new Set<string>();
+      for (const list of stopped.values()) for (const s of list) stoppedIds.add(s.job.id);
+      if (stoppedIds.size > 0) {
+        found = found.filter((r) => !stoppedIds.has(r[0] as string));
+        for (const id of stopped.keys()) if (stoppedIds.has(id)) stopped.delete(id);
+      }
+      const siblings = [...stopped.values()].flat();
+      const applied = await this.apply(client, [...found.map((r) => resumeWrite(r[0] as string, at, r[3] as string)), ...siblings.map((s) => s.write)]);
       return found
         .filter((r) => applied.has(r[0] as string))
-        .map((r) => ({ id: r[0] as string, tenant: r[1] as string, type: r[2] as string, reason: r[3] as string }));
+        .map((r) => {
+          const id = r[0] as string;
+          const resumed: ResumedJob = { id, tenant: r[1] as string, type: r[2] as string, reason: r[3] as string };
+          const mine = stopped.get(id)?.filter((s) => applied.has(s.job.id));
+          if (mine && mine.length > 0) resumed.stopped = mine;
+          return resumed;
+        });
     });
+  }
+
+  /** Reads and locks the open children of `parents` (each with a failed child), and builds the writes that stop them, by parent. */
+  private async openSiblings(client: pg.ClientBase, parents: string[], at: number): Promise<Map<string, StoppedSibling[]>> {
+    const out = new Map<string, StoppedSibling[]>();
+    for (const r of await rows(client, this.sql.lockSiblings, [parents])) {
+      const [id, tenant, type, state, lease, cancelRequested, childrenTotal, parentId, failedId, failedState] = r as [
+        string,
+        string,
+        string,
+        JobState,
+        number,
+        boolean,
+        number,
+        string,
+        string,
+        string,
+      ];
+      const s = stopSibling({ id, tenant, type, parentId, state, lease, cancelRequested, childrenTotal }, at, siblingFailedReason({ id: failedId, state: failedState }));
+      if (!s) continue;
+      const list = out.get(parentId);
+      if (list) list.push(s);
+      else out.set(parentId, [s]);
+    }
+    return out;
   }
 
   async sendSignal(params: { id: string; tenant?: string; name: string; payload: unknown; at: number }): Promise<SignalResult> {
@@ -190,6 +234,19 @@ function statements(s: string) {
       WHERE p.state = 'waiting' AND p.wait_kind = 'children' AND ((p.wait_fail_fast AND ${failedChild('p.id')}) OR NOT ${openChild('p.id')})
       LIMIT $1
       FOR UPDATE OF p SKIP LOCKED`,
+    // The open children of the parents $1 (woken by a failed child), locked in id order (as
+    // apply_transitions locks), each with the child whose failure woke its parent: the last to
+    // end failed or cancelled (jobs_failed_children). A parent with no such child (retried since)
+    // has none stopped.
+    lockSiblings: `WITH failed AS (
+        SELECT DISTINCT ON (f.parent_id) f.parent_id, f.id, f.state FROM ${s}.jobs f
+        WHERE f.parent_id = ANY($1::text[]) AND f.state IN ('failed', 'cancelled')
+        ORDER BY f.parent_id, f.finished_at DESC NULLS LAST, f.id DESC
+      )
+      SELECT c.id::text, c.tenant, c.type, c.state, c.lease, c.cancel_requested, c.children_total, c.parent_id, failed.id::text, failed.state
+      FROM failed JOIN ${s}.jobs c ON c.parent_id = failed.parent_id AND c.state IN ${OPEN_STATES_SQL}
+      ORDER BY c.id
+      FOR UPDATE OF c`,
     lockForSignal: `SELECT tenant, type, state, wait_kind, wait_name, wait_key FROM ${s}.jobs WHERE id = $1 FOR UPDATE`,
     insertSignal: `INSERT INTO ${s}.job_signals (job_id, name, payload, sent_at, consumed_by) VALUES ($1, $2, $3::json, $4, $5)`,
     consumed: `SELECT payload::text FROM ${s}.job_signals WHERE job_id = $1 AND consumed_by = $2 LIMIT 1`,

@@ -24,6 +24,11 @@ const EXPECT_LEASE = 2048;
 const EXPECT_CANCEL = 4096;
 /** A running job's transition counts itself (stats-batch.ts): it marks the row and returns what the stats need. */
 const OWN_STATS = 8192;
+/** Applied to the children of the job `@id` that no worker holds, each from its own state (applyToIdleChildren). */
+const IDLE_CHILDREN = 16384;
+
+/** The states of a child that no worker holds, which applyToIdleChildren writes. */
+const IDLE_STATES = ['pending', 'queued', 'retrying', 'waiting'] as const;
 
 function shapeOf(p: TransitionParams): number {
   let shape = (p.lease !== undefined ? EXPECT_LEASE : 0) | (p.cancelRequested !== undefined ? EXPECT_CANCEL : 0) | (p.from === 'running' ? OWN_STATS : 0);
@@ -86,9 +91,10 @@ function sqlOf(shape: number): string {
   if (shape & CANCEL_SET) sets.push('cancel_requested = 1', 'cancel_reason = @cancelReason', 'cancel_requested_at = @at');
   else if (shape & CANCEL_CLEAR) sets.push('cancel_requested = 0', 'cancel_reason = NULL', 'cancel_requested_at = NULL');
   if (shape & STALLED) sets.push('stalled = @stalled');
-  sets.push(`log = ${logEntrySql('@from', '@to', attempt, '@reason', '@worker')}`);
+  // (A SET expression reads the row as it was: `state` is each child's own state before the write.)
+  sets.push(`log = ${logEntrySql(shape & IDLE_CHILDREN ? 'state' : '@from', '@to', attempt, '@reason', '@worker')}`);
   if (shape & OWN_STATS) sets.push('stats_seq = stats_seq + 1');
-  const where = ['id = @id', 'state = @from'];
+  const where = shape & IDLE_CHILDREN ? ['parent_id = @id', `state IN (${IDLE_STATES.map((x) => `'${x}'`).join(', ')})`] : ['id = @id', 'state = @from'];
   if (shape & EXPECT_LEASE) where.push('lease = @lease');
   if (shape & EXPECT_CANCEL) where.push('cancel_requested = @expectCancel');
   return `UPDATE jobs SET ${sets.join(', ')} WHERE ${where.join(' AND ')}${shape & OWN_STATS ? ' RETURNING tenant, type, started_at' : ''}`;
@@ -127,14 +133,34 @@ export class Transitions {
     private readonly stats: StatsBatch,
   ) {}
 
-  /** Applies one checked transition inside the caller's write transaction; false when the CAS lost. */
-  apply(p: TransitionParams): boolean {
-    const shape = shapeOf(p);
+  private compiled(shape: number): Compiled<TransitionParams> {
     let compiled = this.byShape.get(shape);
     if (!compiled) {
       compiled = compile(this.db, sqlOf(shape), PARAMS);
       this.byShape.set(shape, compiled);
     }
+    return compiled;
+  }
+
+  /**
+   * Applies `p` to every child of `parentId` that no worker holds (pending, queued, retrying,
+   * waiting), in one statement, inside the caller's write transaction: each child's log entry
+   * comes from its own state, whatever `p.from` says. For writes that end no attempt and need no
+   * lease (a fail-fast parent's siblings cancelled: store/fail-fast.ts). Returns how many changed.
+   */
+  applyToIdleChildren(parentId: string, p: TransitionParams): number {
+    for (const from of IDLE_STATES) assertTransition(from, p.to);
+    if (p.to === 'running' || p.to === 'expired' || p.lease !== undefined || p.cancelRequested !== undefined || p.deleteOnEnd) {
+      throw new Error('applyToIdleChildren writes no lease-holder transition, claim, expiry or deletion');
+    }
+    const compiled = this.compiled(shapeOf(p) | IDLE_CHILDREN);
+    return Number(compiled.stmt.run(...compiled.args({ ...p, id: parentId })).changes);
+  }
+
+  /** Applies one checked transition inside the caller's write transaction; false when the CAS lost. */
+  apply(p: TransitionParams): boolean {
+    const shape = shapeOf(p);
+    const compiled = this.compiled(shape);
     let applied: boolean;
     if (shape & OWN_STATS) {
       const row = compiled.stmt.get(...compiled.args(p)) as { tenant: string; type: string; started_at: number | null } | undefined;

@@ -8,8 +8,9 @@
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { JOB_STATES, type JobState, TERMINAL_STATES } from '../../core/states.js';
 import type { WorkflowState } from '../../core/workflow.js';
+import { CHILD_FAILED, siblingFailedReason, stopSibling } from '../fail-fast.js';
 import { parseJson } from '../job-row.js';
-import type { InsertResult, LeaseRef, NewJob, ResumedJob, SignalResult, SuspendParams, SuspendResult, TransitionParams } from '../store.js';
+import type { InsertResult, LeaseRef, NewJob, ResumedJob, SignalResult, StoppedSibling, SuspendParams, SuspendResult, TransitionParams } from '../store.js';
 import { checkSuspend } from '../suspend-check.js';
 import { arrays, statementCache } from './sql.js';
 import type { Transitions } from './transitions.js';
@@ -32,6 +33,15 @@ function resumeWrite(id: string, at: number, reason: string): TransitionParams {
 // Both the open-child probe and the stranded-parent scan name the partial indexes' exact
 // conditions: SQLite uses a partial index only when the query repeats its WHERE terms.
 export const OPEN_CHILD_SQL = `SELECT 1 FROM jobs c WHERE c.parent_id = ? AND c.state IN ${OPEN_STATES_SQL} LIMIT 1`;
+
+/**
+ * The child whose failure woke a fail-fast parent: the last of its children to end failed or
+ * cancelled (few by nature: the partial index jobs_failed_children, then a sort of those).
+ */
+export const FAILED_CHILD_SQL = `SELECT id, state FROM jobs WHERE parent_id = ? AND state IN ('failed', 'cancelled') ORDER BY +finished_at DESC, id DESC LIMIT 1`;
+
+/** A parent's open children, to stop them (the partial index jobs_open_children). */
+export const OPEN_SIBLINGS_SQL = `SELECT id, tenant, type, state, lease, cancel_requested, children_total FROM jobs WHERE parent_id = ? AND state IN ${OPEN_STATES_SQL}`;
 
 /** Waiting parents that can be resumed, with the reason: a failFast wait with a failed child, or no open child left. */
 export const STRANDED_PARENTS_SQL = `
@@ -105,33 +115,95 @@ export class SqliteWorkflowOps {
 
   async resumeParents(params: { parents: ReadonlyArray<{ id: string; childFailed: boolean }>; at: number }): Promise<ResumedJob[]> {
     if (params.parents.length === 0) return [];
+    // A parent listed twice is read once, woken for a failed child if either entry says so.
+    let failed: Map<string, boolean> | null = null;
+    if (params.parents.length > 1) {
+      failed = new Map();
+      for (const p of params.parents) failed.set(p.id, (failed.get(p.id) ?? false) || p.childFailed);
+    }
+    const listed = failed ? [...failed].map(([id, childFailed]) => ({ id, childFailed })) : params.parents;
     return this.write(() => {
-      const resumed: ResumedJob[] = [];
-      for (const { id, childFailed } of params.parents) {
+      const found: Omit<ResumedJob, 'stopped'>[] = [];
+      for (const { id, childFailed } of listed) {
         const parent = this.stmt("SELECT tenant, type, wait_fail_fast FROM jobs WHERE id = ? AND state = 'waiting' AND wait_kind = 'children'").get(id) as
           | { tenant: string; type: string; wait_fail_fast: number }
           | undefined;
         if (!parent) continue;
         let reason: string | null = null;
-        if (parent.wait_fail_fast === 1 && childFailed) reason = 'child failed';
+        if (parent.wait_fail_fast === 1 && childFailed) reason = CHILD_FAILED;
         else if (this.stmt(OPEN_CHILD_SQL).get(id) === undefined) reason = 'children done';
-        if (reason !== null && this.transitions.apply(resumeWrite(id, params.at, reason))) resumed.push({ id, tenant: parent.tenant, type: parent.type, reason });
+        if (reason !== null) found.push({ id, tenant: parent.tenant, type: parent.type, reason });
       }
-      return resumed;
+      return this.resume(found, params.at);
     }, params.parents.length);
   }
 
   async resumeStrandedParents(params: { at: number; limit: number }): Promise<ResumedJob[]> {
     const limit = Math.max(0, Math.floor(params.limit));
     if (limit === 0) return [];
-    return this.write(() => {
-      const found = this.stmt(STRANDED_PARENTS_SQL).all(limit) as { id: string; tenant: string; type: string; reason: string }[];
-      const resumed: ResumedJob[] = [];
-      for (const p of found) {
-        if (this.transitions.apply(resumeWrite(p.id, params.at, p.reason))) resumed.push({ id: p.id, tenant: p.tenant, type: p.type, reason: p.reason });
-      }
-      return resumed;
-    });
+    return this.write(() => this.resume(this.stmt(STRANDED_PARENTS_SQL).all(limit) as { id: string; tenant: string; type: string; reason: string }[], params.at));
+  }
+
+  /**
+   * Inside the write: queues the `found` parents again; those queued for 'child failed' have
+   * their open children stopped too (store/fail-fast.ts). As on PostgreSQL, the siblings are read
+   * first: a parent that is itself stopped as a sibling is not queued, and its own children are
+   * left to the caller's cascade. One writer at a time: what was just read still holds, so each
+   * compare-and-swap applies.
+   */
+  private resume(found: readonly Omit<ResumedJob, 'stopped'>[], at: number): ResumedJob[] {
+    let stopped: Map<string, StoppedSibling[]> | null = null;
+    const stoppedIds = new Set<string>();
+    for (const p of found) {
+      if (p.reason !== CHILD_FAILED) continue;
+      const list = this.openSiblings(p.id, at);
+      if (list.length === 0) continue;
+      stopped ??= new Map();
+      stopped.set(p.id, list);
+      for (const s of list) stoppedIds.add(s.job.id);
+    }
+    const resumed: ResumedJob[] = [];
+    for (const p of found) {
+      if (stoppedIds.has(p.id) || !this.transitions.apply(resumeWrite(p.id, at, p.reason))) continue;
+      const list = stopped?.get(p.id);
+      if (list) this.stop(p.id, list);
+      resumed.push(list ? { ...p, stopped: list } : p);
+    }
+    return resumed;
+  }
+
+  /**
+   * Writes `list`, the siblings just read under `parentId`: those no worker holds in one
+   * statement (they share one write but for their state), running ones one by one (a cancel
+   * request under each one's lease; a parent has few running children).
+   */
+  private stop(parentId: string, list: readonly StoppedSibling[]): void {
+    let idle: StoppedSibling | undefined;
+    let idleCount = 0;
+    for (const s of list) {
+      if (s.write.from !== 'running') {
+        idle ??= s;
+        idleCount++;
+      } else if (!this.transitions.apply(s.write)) throw new Error(`fail-fast: the running child ${s.job.id} changed within the write`);
+    }
+    if (idle === undefined) return;
+    const changed = this.transitions.applyToIdleChildren(parentId, idle.write);
+    // One writer at a time: the rows just read are the rows written. Anything else is a bug, and rolls back.
+    if (changed !== idleCount) throw new Error(`fail-fast: ${changed} children of ${parentId} cancelled, ${idleCount} expected`);
+  }
+
+  /** The writes that stop the open children of `parentId` (a running one: a cancel request), naming the child that failed. */
+  private openSiblings(parentId: string, at: number): StoppedSibling[] {
+    const failed = this.stmt(FAILED_CHILD_SQL).get(parentId) as { id: string; state: string } | undefined;
+    if (!failed) return []; // retried since: nothing failed any more
+    const reason = siblingFailedReason(failed);
+    const rows = arrays(this.stmt(OPEN_SIBLINGS_SQL)).all(parentId) as unknown as [string, string, string, JobState, number, number, number][];
+    const out: StoppedSibling[] = [];
+    for (const [id, tenant, type, state, lease, cancelRequested, childrenTotal] of rows) {
+      const s = stopSibling({ id, tenant, type, parentId, state, lease, cancelRequested: cancelRequested === 1, childrenTotal }, at, reason);
+      if (s) out.push(s);
+    }
+    return out;
   }
 
   async sendSignal(params: { id: string; tenant?: string; name: string; payload: unknown; at: number }): Promise<SignalResult> {
