@@ -44,7 +44,8 @@ const tasks = [
       const { tag, n, fail } = input as { tag: string; n: number; fail?: boolean };
       start(`${tag}:${n}`);
       if (fail) throw new FatalError(`child ${n} failed`, { code: 'CHILD_BROKE' });
-      await hold(150, ctx.signal);
+      // Long enough that a sibling claimed with the failure cannot end before its cancel request reaches it.
+      await hold(1_000, ctx.signal);
       return n;
     },
   }),
