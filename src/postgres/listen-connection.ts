@@ -7,13 +7,19 @@
  * restart, pg_terminate_backend, network) every subscriber hears `down`; it is re-opened with
  * exponential backoff and jitter, LISTEN is issued again for every channel, and every
  * subscriber hears `up`. Notifications sent while no connection listened are gone for good:
- * subscribers resynchronise on `up` after a `down`.
+ * subscribers resynchronise on `up` after a `down`. A loss is logged once; while the server
+ * stays unreachable, failed reconnects are not logged each (core/outage.ts: once when they
+ * start failing, once when one succeeds).
  */
 import pg from 'pg';
 import { reconnectDelay } from '../core/backoff.js';
+import { Outage, type OutageLine } from '../core/outage.js';
 
+/** Where connection problems are reported (pino-compatible; without `error` and `info`, at `warn`). */
 export interface ListenLogger {
   warn(obj: object, msg?: string): void;
+  error?(obj: object, msg?: string): void;
+  info?(obj: object, msg?: string): void;
 }
 
 export interface ListenSubscriber {
@@ -43,6 +49,7 @@ export class ListenConnection {
   private closed = false;
   private failures = 0;
   private retryTimer: NodeJS.Timeout | null = null;
+  private readonly outage = new Outage('listen connection');
   /** The connection's statements, one after the other (pg refuses to queue them itself from v9). */
   private statements: Promise<unknown> = Promise.resolve();
 
@@ -171,6 +178,7 @@ export class ListenConnection {
       this.client = client;
       this.statements = Promise.resolve();
       this.failures = 0;
+      this.log(this.outage.succeeded(Date.now()));
       // A channel first subscribed while LISTEN was in flight is not among `channels`.
       const late = [...this.subscribers.keys()].filter((c) => !channels.includes(c));
       if (late.length > 0) await this.send(client, late.map((c) => `LISTEN "${c}"`).join('; '));
@@ -180,7 +188,7 @@ export class ListenConnection {
         this.lost(client, err as Error);
         return;
       }
-      this.logger?.warn({ err }, 'PostgreSQL listen connection failed; retrying');
+      this.log(this.outage.failed(err, Date.now(), 'PostgreSQL listen connection failed; retrying'));
       client.removeAllListeners('notification');
       client.end().catch(() => undefined);
       this.each((s) => s.down());
@@ -188,6 +196,12 @@ export class ListenConnection {
     } finally {
       this.connecting = false;
     }
+  }
+
+  private log(line: OutageLine | null): void {
+    if (!line || !this.logger) return;
+    const write = this.logger[line.level] ?? this.logger.warn;
+    write.call(this.logger, line.fields, line.msg);
   }
 
   private scheduleReconnect(): void {

@@ -116,9 +116,24 @@ export function toProblem(err: unknown): HttpProblem {
   return new HttpProblem(500, 'INTERNAL', 'internal error');
 }
 
+/**
+ * 503s for a database that does not answer are logged at most once per this many ms, with how
+ * many were answered since the last line: under traffic, an outage would log every request.
+ */
+const UNAVAILABLE_LOG_EVERY_MS = 10_000;
+const unavailable = { loggedAt: Number.NEGATIVE_INFINITY, answered: 0 };
+
 export function problemHandler(err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const problem = toProblem(err);
   if (problem.status >= 500 && problem.code === 'INTERNAL') request.log.error({ err }, 'unhandled error');
-  else if (problem.code === 'DATABASE_UNAVAILABLE') request.log.warn({ err, url: request.url }, 'database unavailable: answered 503');
+  else if (problem.code === 'DATABASE_UNAVAILABLE') {
+    unavailable.answered++;
+    const now = Date.now();
+    if (now - unavailable.loggedAt >= UNAVAILABLE_LOG_EVERY_MS) {
+      request.log.warn({ err, url: request.url, answered: unavailable.answered }, 'database unavailable: answered 503');
+      unavailable.loggedAt = now;
+      unavailable.answered = 0;
+    }
+  }
   return sendProblem(reply, problem, request.url.split('?')[0]);
 }

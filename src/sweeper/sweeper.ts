@@ -5,12 +5,18 @@
  *
  * Safe with several sweepers at once: every action is a compare-and-swap transition, so of
  * two sweepers acting on the same job exactly one wins and the other's write is a no-op.
+ *
+ * A database outage fails every pass, and every part of a pass, until it ends: it is logged once
+ * when it starts and once when it ends (core/outage.ts), not once per pass. Other failures are
+ * logged each time.
  */
 import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
 import { expireResult, flagStalled, forceCancel, reapLostWorker, requestTimeout, type TransitionParams } from '../core/transitions.js';
 import { STATS_WINDOW_MS } from '../core/stats-window.js';
+import { Outage, type OutageLine } from '../core/outage.js';
+import { isTransientStoreError } from '../core/store-errors.js';
 import type { JobQueueStore, WorkflowStore } from '../store/store.js';
 import { announceResumedParents } from '../workflow/fail-fast.js';
 import { applyTransitions } from '../transitions/apply.js';
@@ -60,6 +66,9 @@ export class Sweeper {
   private running: Promise<SweepReport> | null = null;
   private readonly clock: () => number;
   private readonly batch: number;
+  private readonly outage = new Outage('sweeper');
+  /** Set when a part of the pass under way met a passing store error (the outage goes on). */
+  private passFailed = false;
 
   constructor(private readonly options: SweeperOptions) {
     this.clock = options.clock ?? Date.now;
@@ -70,8 +79,14 @@ export class Sweeper {
     if (this.timer) return;
     this.timer = setInterval(() => {
       if (this.running) return;
+      this.passFailed = false;
       this.sweep()
-        .catch((err) => this.options.logger.error({ err }, 'sweep failed'))
+        .then(
+          () => {
+            if (!this.passFailed) this.log(this.outage.succeeded(Date.now()));
+          },
+          (err) => this.log(this.outage.failed(err, Date.now(), 'sweep failed')),
+        )
         .finally(() => {
           this.running = null;
         });
@@ -83,6 +98,16 @@ export class Sweeper {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.running?.catch(() => undefined);
+  }
+
+  /** A part of a pass failed (the pass goes on): an outage's lines, or the error with `what`. */
+  private partFailed(err: unknown, what: string): void {
+    if (isTransientStoreError(err)) this.passFailed = true;
+    this.log(this.outage.failed(err, Date.now(), what));
+  }
+
+  private log(line: OutageLine | null): void {
+    if (line) this.options.logger[line.level](line.fields, line.msg);
   }
 
   /** One full pass; also callable directly (tests, `longhaul` maintenance commands). */
@@ -109,7 +134,7 @@ export class Sweeper {
       try {
         await this.options.everyPass(now);
       } catch (err) {
-        this.options.logger.error({ err }, 'sweeper maintenance failed');
+        this.partFailed(err, 'sweeper maintenance failed');
       }
     }
     // A store shared by several nodes (PostgreSQL) elects one sweeper; the others skip their pass.
@@ -146,14 +171,14 @@ export class Sweeper {
       try {
         report.deleted = await this.options.retention(now);
       } catch (err) {
-        this.options.logger.error({ err }, 'retention failed');
+        this.partFailed(err, 'retention failed');
       }
     }
     try {
       // Stats upkeep: old rate and run-time buckets go; PostgreSQL folds its change log.
       await store.compactStats({ before: now - STATS_WINDOW_MS });
     } catch (err) {
-      this.options.logger.error({ err }, 'stats compaction failed');
+      this.partFailed(err, 'stats compaction failed');
     }
     const r = report;
     if (r.reaped + r.timedOut + r.forced + r.stalled + r.expired + r.deleted > 0) {
@@ -163,7 +188,7 @@ export class Sweeper {
       try {
         await this.options.maintenance(now);
       } catch (err) {
-        this.options.logger.error({ err }, 'sweeper maintenance failed');
+        this.partFailed(err, 'sweeper maintenance failed');
       }
     }
     return report;

@@ -15,6 +15,7 @@ import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import { uuidv7 } from '../core/ids.js';
+import { Outage, type OutageLine } from '../core/outage.js';
 import type { JobRecord } from '../core/job.js';
 import { hasUnstorable } from '../core/storable.js';
 import type { Store, TenantCaps } from '../store/store.js';
@@ -213,26 +214,37 @@ export class Worker {
       // Also this worker's own timeout requests (lease-upkeep.ts): the first abort wins.
       this.bus.on('job:cancel-requested', ({ id, reason }) => this.attempts.abortJob(id, cancelKindOf(reason))),
     );
-    this.every(poll, () => this.loop.pollForWork(maxIdle));
+    this.every('work poll', poll, () => this.loop.pollForWork(maxIdle));
     const heartbeatTick = Math.min(1000, ...[...this.tasks.values()].map((t) => t.heartbeatIntervalMs ?? this.options.defaults.heartbeatIntervalMs));
-    this.every(heartbeatTick, () => this.upkeep.heartbeat());
-    this.every(Math.max(10, Math.min(250, this.claimedWaitMs / 4)), () => this.loop.returnStaleReady());
-    this.every(this.options.cancelPollMs ?? 500, () => this.upkeep.pollCancels());
-    this.every(this.stuck.checkEveryMs, () => this.abandonStuck());
+    this.every('heartbeat', heartbeatTick, () => this.upkeep.heartbeat());
+    this.every('claimed-ahead check', Math.max(10, Math.min(250, this.claimedWaitMs / 4)), () => this.loop.returnStaleReady());
+    this.every('cancel poll', this.options.cancelPollMs ?? 500, () => this.upkeep.pollCancels());
+    this.every('stuck-handler check', this.stuck.checkEveryMs, () => this.abandonStuck());
     // Every timer above is unref'd; without this a worker-only process (`longhaul worker`, or a
     // script that just starts a worker) would exit as soon as it has nothing running.
     this.keepAlive = setInterval(() => undefined, 2 ** 30);
     this.wake();
   }
 
-  private every(ms: number, fn: () => Promise<void> | void): void {
+  /**
+   * Runs `fn` every `ms` (never two at once). A database outage fails most of these at every
+   * tick: it is logged when it starts and when it ends, per task (core/outage.ts).
+   */
+  private every(task: string, ms: number, fn: () => Promise<void> | void): void {
     let busy = false;
+    const outage = new Outage(`worker ${task}`);
+    const log = (line: OutageLine | null) => {
+      if (line) this.log[line.level](line.fields, line.msg);
+    };
     const t = setInterval(() => {
       if (busy) return;
       busy = true;
       Promise.resolve()
         .then(fn)
-        .catch((err) => this.log.error({ err }, 'worker background task failed'))
+        .then(
+          () => log(outage.succeeded(Date.now())),
+          (err) => log(outage.failed(err, Date.now(), 'worker background task failed')),
+        )
         .finally(() => {
           busy = false;
         });

@@ -4,7 +4,9 @@
  * not cost the attempt. Only passing errors (core/store-errors.ts) are retried, with growing,
  * jittered delays, and only while the attempt can still hold its lease: the budget is a part of
  * the job's heartbeat timeout, since heartbeats fail during the outage too. A refused write
- * (its data, or a lost lease) is never retried. Every retry is logged.
+ * (its data, or a lost lease) is never retried. The first retry is logged, and how the write
+ * ended (succeeded after n retries, or gave up); not every retry, which with many jobs running
+ * through an outage would be a line per job every few hundred milliseconds.
  */
 import type { Logger } from 'pino';
 import { isTransientStoreError } from '../core/store-errors.js';
@@ -62,10 +64,12 @@ export async function withStoreRetry<T>(write: () => Promise<T>, options: StoreR
         options.log.error({ ...options.fields, write: options.what, retries: retry - 1, err }, `store write (${options.what}) failed; retries exhausted`);
         throw err;
       }
-      options.log.warn(
-        { ...options.fields, write: options.what, retry, delayMs: delay, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } },
-        `store write (${options.what}) failed; retrying`,
-      );
+      if (retry === 1) {
+        options.log.warn(
+          { ...options.fields, write: options.what, retry, delayMs: delay, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } },
+          `store write (${options.what}) failed; retrying`,
+        );
+      }
       await sleep(delay);
     }
   }
