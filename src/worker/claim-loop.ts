@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import type { JobBus } from '../channel/bus.js';
 import type { JobRecord } from '../core/job.js';
 import { isTransientStoreError } from '../core/store-errors.js';
+import { Outage, type OutageLine } from '../core/outage.js';
 import type { ClaimType, JobQueueStore, TenantCaps } from '../store/store.js';
 import type { Active, Attempts } from './attempt.js';
 import { ClaimAhead } from './claim-ahead.js';
@@ -70,6 +71,8 @@ export class ClaimLoop {
   /** Set after a failed cycle until its back-off ends. */
   private pumpHeld = false;
   private pumpFailures = 0;
+  /** A database outage is logged when it starts and when it ends, not at every failed cycle. */
+  private readonly outage = new Outage('worker loop');
   private wanted = true;
   private stopping = false;
   private lastClaimAt = 0;
@@ -231,6 +234,7 @@ export class ClaimLoop {
       if (limit > 0 && jobs.length > 0 && (jobs.length === limit || this.keyed || spansTenants(jobs))) this.wanted = true;
       if (res.wakeAt !== undefined) this.wakeAt(res.wakeAt);
       this.pumpFailures = 0;
+      this.logOutage(this.outage.succeeded(Date.now()));
     } catch (err) {
       // The transaction rolled back: nothing was completed or claimed.
       if (batch.length > 0 && !isTransientStoreError(err)) {
@@ -278,13 +282,21 @@ export class ClaimLoop {
   private holdPump(batch: Active[], err: unknown): void {
     this.outcomes = batch.concat(this.outcomes);
     this.pumpFailures++;
-    if (err !== null) this.o.log.error({ err }, 'worker loop failed; retrying');
+    if (err !== null) {
+      this.logOutage(this.outage.failed(err, Date.now(), 'worker loop failed; retrying'));
+      // What claim-ahead measured before no longer holds (claim-ahead.ts).
+      this.ahead.storeFailed();
+    }
     const delay = Math.min(5000, 50 * 2 ** Math.min(this.pumpFailures, 7));
     this.pumpHeld = true;
     setTimeout(() => {
       this.pumpHeld = false;
       this.wake();
     }, delay).unref?.();
+  }
+
+  private logOutage(line: OutageLine | null): void {
+    if (line) this.o.log[line.level](line.fields, line.msg);
   }
 
   private get readyCount(): number {
