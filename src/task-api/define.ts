@@ -8,8 +8,10 @@ import type { ProgressUpdate } from '../core/progress.js';
 import type { InferInput, InputSchema } from './schema.js';
 import { compileJsonSchema, isStandardSchema } from './schema.js';
 import type { ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from '../workflow/run.js';
+import { type IsolationOption, parseIsolation, type TaskIsolation } from './isolation.js';
 
 export type { ChildOutcome, ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from '../workflow/run.js';
+export type { IsolationOption, TaskIsolation, ThreadIsolationOptions, ThreadResourceLimits } from './isolation.js';
 
 export interface TaskJobInfo {
   id: string;
@@ -133,6 +135,15 @@ export interface TaskOptions<S extends InputSchema | undefined = undefined, R = 
   stages?: ReadonlyArray<StageDefinition<S extends undefined ? unknown : InferInput<S>>>;
   /** A saga: the job runs these in order (instead of `run`), compensating the done ones when one fails for good. */
   steps?: ReadonlyArray<SagaStep<S extends undefined ? unknown : InferInput<S>>>;
+  /**
+   * Where the run handler runs: in-process (the default), or `'thread'`, a worker thread of a
+   * small pool, which a timeout or cancel can stop for real and whose crash fails only its
+   * attempt (`{ kind: 'thread', graceMs, maxThreads, idleMs, resourceLimits }` for settings).
+   * Needs `module`. See docs/isolation.md.
+   */
+  isolation?: IsolationOption;
+  /** The file that defines and exports this task, as `import.meta.url` (or an absolute path): its thread imports it. Needed with `isolation`. */
+  module?: string | URL;
   /** The handler; give exactly one of run, stages and steps. */
   run?(input: S extends undefined ? unknown : InferInput<S>, ctx: TaskContext<C>): Promise<R> | R;
 }
@@ -163,6 +174,8 @@ export interface Task<R = unknown> {
   readonly stallTimeoutMs: number | null | undefined;
   readonly stages: readonly StageDefinition[] | undefined;
   readonly steps: readonly SagaStep[] | undefined;
+  /** Set when the handler runs off the main thread (`isolation`); undefined: in-process. */
+  readonly isolation: TaskIsolation | undefined;
   // biome-ignore lint/suspicious/noExplicitAny: the handler's input type is erased once tasks are collected
   readonly run: ((input: any, ctx: TaskContext<any>) => Promise<R> | R) | undefined;
 }
@@ -229,6 +242,7 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
     if (typeof options.input !== 'object' || options.input === null) throw new TypeError(`task "${type}": input must be a Standard Schema or a JSON Schema object`);
     if (!isStandardSchema(options.input)) compileJsonSchema(options.input); // fail fast on a broken JSON Schema
   }
+  const isolation = parseIsolation(type, options.isolation, options.module, options.run !== undefined ? 'run' : options.stages !== undefined ? 'stages' : 'steps');
   let retention: RetentionPolicy;
   try {
     retention = parseRetention(options.retention);
@@ -256,6 +270,7 @@ export function defineTask<S extends InputSchema | undefined = undefined, R = un
     stallTimeoutMs: options.stallTimeoutMs,
     stages: options.stages as readonly StageDefinition[] | undefined,
     steps: options.steps as readonly SagaStep[] | undefined,
+    isolation,
     run: options.run,
   });
 }

@@ -25,6 +25,15 @@ export function storedResult(value: unknown): { ok: true; value: unknown } | { o
   return { ok: true, value: copy };
 }
 
+/** Whether the stored copy is the value itself as JSON (no Date, Map or class instance the copy would flatten). */
+export function isDeepJson(value: unknown, copy: unknown): boolean {
+  if (value === null || typeof value !== 'object') return Object.is(value, copy) || (typeof value === 'number' && value === copy);
+  if (Array.isArray(value)) return Array.isArray(copy) && value.length === copy.length && value.every((v, i) => isDeepJson(v, (copy as unknown[])[i]));
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return false;
+  const keys = Object.keys(value);
+  return typeof copy === 'object' && copy !== null && keys.length === Object.keys(copy).length && keys.every((k) => isDeepJson((value as Record<string, unknown>)[k], (copy as Record<string, unknown>)[k]));
+}
+
 /** One line per failed attempt (thrown, timed out, or a result that could not be kept). */
 export function logFailedAttempt(log: Logger, job: JobRecord, thrown: unknown, error: JobError, next: 'retrying' | 'failed' | 'cancelled', runAt?: number): void {
   const fields = {

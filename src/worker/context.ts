@@ -25,16 +25,7 @@ import type { JobRecord } from '../core/job.js';
 import type { ChildSpec } from '../workflow/run.js';
 import { ProgressReporter } from './progress-reporter.js';
 import { retryBudgetMs, type StoreWriteRetry, withStoreRetry } from './store-retry.js';
-import { storedResult } from './attempt-end.js';
-
-/** Whether the stored copy is the value itself as JSON (no Date, Map or class instance the copy would flatten). */
-function isDeepJson(value: unknown, copy: unknown): boolean {
-  if (value === null || typeof value !== 'object') return Object.is(value, copy) || (typeof value === 'number' && value === copy);
-  if (Array.isArray(value)) return Array.isArray(copy) && value.length === copy.length && value.every((v, i) => isDeepJson(v, (copy as unknown[])[i]));
-  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return false;
-  const keys = Object.keys(value);
-  return typeof copy === 'object' && copy !== null && keys.length === Object.keys(copy).length && keys.every((k) => isDeepJson((value as Record<string, unknown>)[k], (copy as Record<string, unknown>)[k]));
-}
+import { isDeepJson, storedResult } from './attempt-end.js';
 
 /** Blob storage for `ctx.results` and `ctx.uploads`; without it they throw BLOBS_UNAVAILABLE. */
 export interface WorkerFiles {
