@@ -27,6 +27,7 @@ import { HandlerContexts, type WorkerFiles, type WorkerWorkflows } from './conte
 import { LeaseUpkeep } from './lease-upkeep.js';
 import { AttemptSpans } from '../telemetry/attempt-spans.js';
 import { sleepLong } from './long-timer.js';
+import { runIsolated } from './isolation/index.js';
 import type { TaskContext } from '../task-api/define.js';
 import { runSaga } from '../workflow/saga.js';
 import { runStages } from '../workflow/stages.js';
@@ -341,9 +342,10 @@ export class Worker {
     return this.stuck.health;
   }
 
-  /** The task's handler, its pipeline (stages) or its saga (steps). */
+  /** The task's handler (in a thread of its own when the task asks for isolation), its pipeline (stages) or its saga (steps). */
   private runHandler(active: Active, ctx: TaskContext): Promise<unknown> | unknown {
     const { job, task } = active;
+    if (task.isolation) return runIsolated(this, active, ctx, { log: this.log, concurrency: this.options.concurrency ?? 10 });
     if (task.run) return task.run(job.input, ctx);
     const wf = this.contexts.workflowOf(active);
     if (task.stages) return runStages(task, job.input, ctx, wf);
