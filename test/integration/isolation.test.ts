@@ -151,7 +151,7 @@ for (const target of TARGETS) {
       }
     });
 
-    it('ctx works in the thread: progress, a checkpoint resumed after a retry, a journaled stage, result files, an upload, the log, durable waits; the signal fires on cancel', async () => {
+    it('ctx works in the thread: progress, a checkpoint resumed after a retry, a journaled stage, result files, an upload, the log, durable waits, children; the signal fires on cancel', async () => {
       const s = await setup(await target.database(), join(dir, `blobs-ctx-${target.name}`));
       try {
         const upload = (await (await fetch(`${s.base}/v1/uploads`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'uploaded bytes' })).json()) as { id: string };
@@ -208,6 +208,19 @@ for (const target of TARGETS) {
           ['waiting', 'waiting'],
           'it waited twice: the sleep, then the signal',
         );
+
+        // Fan-out from a thread: the job waits for its children, then reads them.
+        const parent = await ended(s.lh, (await s.lh.submit('iso.fan-out', null)).id);
+        assert.equal(parent.status, 'succeeded', JSON.stringify(parent.error));
+        assert.deepEqual(parent.result, {
+          succeeded: 2,
+          total: 2,
+          children: [
+            { status: 'succeeded', isMainThread: false },
+            { status: 'succeeded', isMainThread: false },
+          ],
+          isMainThread: false,
+        });
 
         // Cancel: the thread's ctx.signal fires with the same reason as in-process.
         const waiting = await s.lh.submit('iso.wait-signal', null);
