@@ -22,6 +22,7 @@ import { prepare } from './facade/prepare.js';
 import * as reads from './facade/reads.js';
 import { Schedules } from './facade/schedules.js';
 import { channelReady, defaultChannel, Runtime, type StartWorkerOptions, storeFor, type WorkerHandle } from './facade/runtime.js';
+import { type DatabaseWait, whenDatabaseAnswers } from './facade/database-wait.js';
 import type { WorkerHealth } from './worker/stuck-handlers.js';
 import { type PurgeFilter, type PurgeOutcome, purgeJobs } from './facade/purge.js';
 import * as deadLetters from './facade/dead-letters.js';
@@ -37,6 +38,7 @@ import { resolveWebhookConfig, type WebhookConfig, type WebhookConfigOptions, WE
 
 export type { JobStats, ListOptions, PublicTransition, TenantScope, WebhookDelivery } from './facade/reads.js';
 export type { StartWorkerOptions, WorkerHandle } from './facade/runtime.js';
+export type { DatabaseWait } from './facade/database-wait.js';
 export type { WorkerHealth } from './worker/stuck-handlers.js';
 export type { BatchItem, BatchOptions, SubmitOptions } from './facade/submission.js';
 export type { PurgeFilter, PurgeOutcome } from './facade/purge.js';
@@ -70,6 +72,17 @@ export interface OpenOptions extends ConfigOptions {
   schedules?: readonly ScheduleDeclaration[];
   /** The clock schedules read (their next ticks, the sweeper's tick passes read their own time). Tests inject one; default Date.now. */
   clock?: () => number;
+  /**
+   * What open does when the database does not answer (connection refused, the server starting
+   * up or shutting down, too many connections; never for a refused password, a missing
+   * database or a schema newer than this Longhaul, which throw at once):
+   * - false (default): throws the error, so that the caller decides;
+   * - true: tries again with growing, jittered delays (up to 5 s apart) for as long as it takes,
+   *   logging once when it starts waiting, every 30 s while it waits and once when the database
+   *   answers (`longhaul dev`, `server` and `worker` do this);
+   * - `{ timeoutMs, signal, onWaiting }`: the same, giving up after `timeoutMs` or when the signal aborts.
+   */
+  waitForDatabase?: boolean | DatabaseWait;
 }
 
 export class Longhaul {
@@ -147,7 +160,13 @@ export class Longhaul {
     if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
     const webhookConfig = resolveWebhookConfig(options.webhooks);
     const store = options.store ?? storeFor(config, logger);
-    const migration = await store.migrate();
+    let migration: MigrationResult;
+    try {
+      migration = await whenDatabaseAnswers(() => store.migrate(), options.waitForDatabase, logger);
+    } catch (err) {
+      if (options.store === undefined) await store.close().catch(() => undefined);
+      throw err;
+    }
     let channel: Channel | null = null;
     if (options.channel !== undefined) {
       channel = options.channel === false ? null : options.channel;

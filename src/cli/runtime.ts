@@ -3,12 +3,13 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino, { type Logger } from 'pino';
 import { LOG_REDACT } from '../core/log-fields.js';
-import { type LogLevel, logLevelFromEnv } from '../config.js';
+import { DEFAULTS, type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
 import type { FastifyInstance } from 'fastify';
 import { buildServer, DEFAULT_STREAM_BUFFER_BYTES } from '../server/app.js';
 import { buildHealthServer } from '../server/health-server.js';
+import { listenWhileWaiting, type WaitingServer } from '../server/waiting-server.js';
 import { collectSchedules, collectTasks, type ScheduleDeclaration, type Task } from '../task-api/define.js';
 import { exampleTasks } from '../tasks/examples.js';
 import { describeTasks } from './describe.js';
@@ -110,15 +111,54 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
   if (serves && apiKeys.length === 0 && !isLoopbackHost(host) && !flags.insecureNoAuth) {
     throw new CliError(`refusing to listen on ${host} without API keys: set LONGHAUL_API_KEYS, or pass --insecure-no-auth`);
   }
-  const lh = await Longhaul.open({
-    ...(flags.database ? { database: flags.database } : {}),
-    ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
-    // Checked above, by the name it was given: a flag wins over LONGHAUL_CONCURRENCY, even a bad one.
-    concurrency,
-    tasks,
-    ...(loaded && loaded.schedules.length > 0 ? { schedules: loaded.schedules } : {}),
-    logger,
-  });
+  // How long to wait for a database that does not answer at start (unset: as long as it takes; 0: not at all).
+  const waitSetting = { name: 'LONGHAUL_DATABASE_WAIT_MS', value: env.LONGHAUL_DATABASE_WAIT_MS };
+  const waitMs = waitSetting.value === undefined || waitSetting.value.trim() === '' ? undefined : intSetting(waitSetting, 0, 0);
+  // Meanwhile the HTTP port answers /healthz 200 and /readyz 503 (server/waiting-server.ts).
+  const httpPort = serves ? port : healthPort;
+  const waiting: { server: Promise<WaitingServer | null> | null } = { server: null };
+  const database = flags.database ?? env.LONGHAUL_DATABASE_URL ?? DEFAULTS.database;
+  let lh: Longhaul;
+  try {
+    lh = await Longhaul.open({
+      ...(flags.database ? { database: flags.database } : {}),
+      ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
+      // Checked above, by the name it was given: a flag wins over LONGHAUL_CONCURRENCY, even a bad one.
+      concurrency,
+      tasks,
+      ...(loaded && loaded.schedules.length > 0 ? { schedules: loaded.schedules } : {}),
+      logger,
+      waitForDatabase:
+        waitMs === 0
+          ? false
+          : {
+              ...(waitMs === undefined ? {} : { timeoutMs: waitMs }),
+              onWaiting: (err) => {
+                if (httpPort === null) return;
+                waiting.server = listenWhileWaiting(host, httpPort, err).then(
+                  (server) => {
+                    logger.info({ url: server.url }, 'until the database answers, /healthz answers 200 and every other path 503');
+                    return server;
+                  },
+                  (listenErr: unknown) => {
+                    logger.warn({ err: listenErr }, 'could not listen while waiting for the database');
+                    return null;
+                  },
+                );
+              },
+            },
+    });
+  } catch (err) {
+    await (await waiting.server)?.close();
+    // Not a passing outage (or no longer waited for). A driver's error (a refused password, a
+    // missing database, a host that does not answer) does not say which database it is about.
+    if (typeof (err as { code?: unknown } | null)?.code === 'string') throw new CliError(`cannot open the database ${redactUrl(database)}: ${(err as Error).message}`);
+    throw err;
+  }
+  // The port the placeholder was given (port 0 asks the system for one) is the one the server takes over.
+  const placeholder = await waiting.server;
+  await placeholder?.close();
+  const listenPort = placeholder ? placeholder.port : port;
   let app: FastifyInstance | null = null;
   try {
     if (mode !== 'server') await lh.startWorker({ concurrency, drainMs });
@@ -137,7 +177,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
         ...(env.LONGHAUL_METRICS_TOKEN ? { metricsToken: env.LONGHAUL_METRICS_TOKEN } : {}),
         logger: logger.child({ component: 'http' }, { level: httpLogLevel }),
       });
-      const address = await app.listen({ host, port });
+      const address = await app.listen({ host, port: listenPort });
       const base = address.replace('[::1]', 'localhost');
       process.stdout.write(
         `longhaul ${mode} listening on ${base}\n  dashboard  ${base}/\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n  files      ${(await lh.files()).blobs.description}\n` +
@@ -151,7 +191,7 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
       let health = '';
       if (healthPort !== null) {
         app = buildHealthServer({ lh, ...(env.LONGHAUL_METRICS_TOKEN ? { metricsToken: env.LONGHAUL_METRICS_TOKEN } : {}) });
-        health = `; health on ${(await app.listen({ host, port: healthPort })).replace('[::1]', 'localhost')}/healthz`;
+        health = `; health on ${(await app.listen({ host, port: placeholder ? placeholder.port : healthPort })).replace('[::1]', 'localhost')}/healthz`;
       }
       process.stdout.write(
         `longhaul worker running ${[...lh.tasks.keys()].join(', ')} (concurrency ${concurrency}) on ${redactUrl(lh.config.database)}` +

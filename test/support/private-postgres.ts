@@ -89,11 +89,16 @@ export class PrivatePostgres {
   async restart(downMs = 0): Promise<void> {
     await this.stop();
     if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
+    await this.resume();
+  }
+
+  /** Starts the server again after stop(), on the same data and port. */
+  async resume(): Promise<void> {
     await this.server.start();
     PrivatePostgres.unref(this.server);
   }
 
-  /** Stops the server; its files stay (start() is not offered again: make a new one). */
+  /** Stops the server; its files stay (resume() starts it again). */
   async stop(): Promise<void> {
     // Referenced again while stopping: the process waits for the server to exit.
     (this.server as unknown as { process?: ChildProcess }).process?.ref();
