@@ -308,6 +308,12 @@ export class ClaimLoop {
     while (this.running < this.concurrency && this.readyHead < this.ready.length) {
       const active = this.ready[this.readyHead++] as Active;
       if (active.settled) continue; // handed back while waiting (shutdown)
+      // Its job ended or is being ended while it waited for a slot (a cancel, a fail-fast
+      // sibling, a lost lease): it is ended without running its handler.
+      if (active.abortState.aborted) {
+        this.endUnstarted(active);
+        continue;
+      }
       active.started = true;
       this.running++;
       this.o.host.run(active);
@@ -316,6 +322,19 @@ export class ClaimLoop {
       this.ready = [];
       this.readyHead = 0;
     }
+  }
+
+  /** A job claimed ahead whose signal fired before it started: cancelled as asked (or dropped, its lease gone). */
+  private endUnstarted(active: Active): void {
+    active.timeoutTimer?.cancel();
+    if (active.abortState.kind === 'lease-lost') {
+      this.discard(active);
+      return;
+    }
+    this.o.host
+      .settleLeftovers([active], 'no free slot')
+      .catch((err) => this.o.log.error({ err, ...jobLogFields(active.job) }, 'could not end a job cancelled before it started'))
+      .finally(() => this.schedulePump());
   }
 
   /**

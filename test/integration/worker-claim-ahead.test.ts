@@ -149,3 +149,50 @@ describe('jobs claimed ahead', () => {
     }
   });
 });
+
+describe('a job claimed ahead and cancelled before it starts', () => {
+  it('ends cancelled without its handler ever running, and the next job takes the freed slot', async () => {
+    const tmp = tempDir('lh-ca-cancel-');
+    const started: number[] = [];
+    const task = defineTask({
+      type: 'ca.cancel',
+      async run(input: { n: number; slow: boolean }, ctx) {
+        started.push(input.n);
+        if (!input.slow) return null;
+        await new Promise<void>((_resolve, reject) => {
+          const stop = () => reject(ctx.signal.reason);
+          if (ctx.signal.aborted) stop();
+          else ctx.signal.addEventListener('abort', stop, { once: true });
+        });
+        return null;
+      },
+    });
+    const lh = await Longhaul.open({ database: join(tmp.dir, 'longhaul.db'), tasks: [task], logger: pino({ level: 'silent' }) });
+    try {
+      // Quick jobs (the worker learns that handlers are quick), then slow ones: two take the
+      // slots, the others are claimed ahead behind them.
+      const inputs = [...Array.from({ length: FAST }, (_, n) => ({ n, slow: false })), ...Array.from({ length: 20 }, (_, i) => ({ n: FAST + i, slow: true }))];
+      const submitted = await lh.submitMany(inputs.map((input) => ({ type: 'ca.cancel', input })));
+      const worker = await lh.startWorker({ concurrency: CONCURRENCY, sweeper: false, claimedWaitMs: 60_000 });
+      await waitFor(() => started.length === FAST + CONCURRENCY, 'the two first slow jobs in both slots', 20_000);
+      const next = submitted[FAST + CONCURRENCY];
+      assert.ok(next);
+      assert.equal((await lh.store.getJob({ id: next.id }))?.state, 'running', 'the scenario needs the next slow job claimed ahead');
+      // Cancel the job next in line, then free a slot: the cancelled one must not start.
+      await lh.cancel(next.id);
+      await lh.cancel((submitted[FAST] as { id: string }).id);
+      await waitFor(() => started.length === FAST + CONCURRENCY + 1, 'the job after the cancelled one to take the slot', 10_000);
+      assert.equal(started.at(-1), FAST + CONCURRENCY + 1, `started ${started.slice(FAST).join(', ')}`);
+      const cancelled = await waitFor(async () => {
+        const j = await lh.get(next.id);
+        return j?.status === 'cancelled' ? j : undefined;
+      }, 'the cancelled job to end');
+      assert.equal(cancelled.error?.code, 'CANCELLED');
+      assert.ok(!started.includes(FAST + CONCURRENCY), 'its handler never ran');
+      await worker.stop({ drainMs: 0 });
+    } finally {
+      await lh.close({ drainMs: 0 });
+      tmp.remove();
+    }
+  });
+});
