@@ -27,7 +27,7 @@ import { HandlerContexts, type WorkerFiles, type WorkerWorkflows } from './conte
 import { LeaseUpkeep } from './lease-upkeep.js';
 import { AttemptSpans } from '../telemetry/attempt-spans.js';
 import { sleepLong } from './long-timer.js';
-import { runIsolated } from './isolation/index.js';
+import { closeIsolated, runIsolated } from './isolation/index.js';
 import type { TaskContext } from '../task-api/define.js';
 import { runSaga } from '../workflow/saga.js';
 import { runStages } from '../workflow/stages.js';
@@ -385,6 +385,7 @@ export class Worker {
       this.unsubscribe = [];
       this.attempts.clear();
       this.leaving.clear();
+      closeIsolated(this);
     }
   }
 

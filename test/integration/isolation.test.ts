@@ -20,6 +20,7 @@ import type { JobSnapshot } from '../../src/core/job.js';
 import { Longhaul } from '../../src/longhaul.js';
 import { buildServer } from '../../src/server/app.js';
 import { defineTask } from '../../src/task-api/define.js';
+import { ThreadPool } from '../../src/worker/isolation/pool.js';
 import * as isolationTasks from '../fixtures/isolation-tasks.js';
 import { pollUntil } from '../support/poll.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
@@ -278,3 +279,17 @@ for (const target of TARGETS) {
     });
   });
 }
+
+describe('a stopped worker closes its thread pools', () => {
+  it('ends the idle threads at once, not after their idle time', async () => {
+    const pool = new ThreadPool(
+      { module: new URL('../fixtures/isolation-tasks.ts', import.meta.url).href, type: 'iso.noop', logLevel: 'silent' },
+      { max: 2, idleMs: 600_000, resourceLimits: undefined },
+    );
+    const thread = await pool.acquire(new AbortController().signal);
+    pool.release(thread);
+    assert.equal(pool.size, 1, 'an idle thread waits for the next attempt');
+    pool.close();
+    await pollUntil(async () => (pool.size === 0 ? true : undefined), 'the idle thread to end', 5000);
+  });
+});

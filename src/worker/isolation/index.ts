@@ -41,3 +41,11 @@ export function runIsolated(worker: object, active: Active, ctx: TaskContext, ho
   }
   return runInThread(pool, active, ctx, isolation, host.log);
 }
+
+/** Closes `worker`'s pools (it stopped): idle threads end at once instead of after their idle time. */
+export function closeIsolated(worker: object): void {
+  const pools = poolsOf.get(worker);
+  if (pools === undefined) return;
+  for (const pool of pools.values()) pool.close();
+  poolsOf.delete(worker);
+}

@@ -156,6 +156,8 @@ export class ThreadPool {
   private readonly idle: PooledThread[] = [];
   private count = 0;
   private readonly waiting: Array<{ take(t: PooledThread): void }> = [];
+  /** Set when its worker stopped: a thread freed from now on ends instead of waiting idle. */
+  private closed = false;
 
   constructor(
     private readonly init: ThreadInit,
@@ -194,6 +196,10 @@ export class ThreadPool {
   release(t: PooledThread): void {
     t.finish();
     if (!t.usable) return;
+    if (this.closed) {
+      t.terminate('idle');
+      return;
+    }
     const next = this.waiting.shift();
     if (next !== undefined) {
       next.take(t);
@@ -205,6 +211,12 @@ export class ThreadPool {
       if (i >= 0) this.idle.splice(i, 1);
       t.terminate('idle');
     });
+  }
+
+  /** Its worker stopped: the idle threads end now, busy ones when their attempt does. */
+  close(): void {
+    this.closed = true;
+    for (const t of this.idle.splice(0)) t.terminate('idle');
   }
 
   private spawn(): PooledThread {
