@@ -323,7 +323,9 @@ export class Runtime {
       logger,
       defaults: { heartbeatIntervalMs: config.heartbeatIntervalMs, resultTtlMs: config.resultTtlMs },
       retention: config.retention,
-      abandonAfterMs: config.cancelDrainMs,
+      // The sweeper forces the job's cancel after the drain; the worker gives up on the handler
+      // one sweep later (and writes the same forced cancel if no sweeper did).
+      abandonAfterMs: config.cancelDrainMs + config.sweepIntervalMs,
       maxAbandonedHandlers: config.maxAbandonedHandlers,
       concurrency: options.concurrency ?? config.concurrency,
       claimRules: { agingMs: config.priorityAgingMs, tenantCaps: runningCaps(config.tenantQuotas) },

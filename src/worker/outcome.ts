@@ -11,8 +11,8 @@ import { classifyError, errorStack, type JobError } from '../core/errors.js';
 import type { JobRecord } from '../core/job.js';
 import { decideAfterFailure } from '../core/lifecycle.js';
 import { MAX_ATTEMPT_STACK } from '../core/limits.js';
-import { afterFailure, type CancelKind, endCancelled, failFatal, handBack, succeed, type TransitionParams } from '../core/transitions.js';
-import { type AbortKind, JobAbortedError } from './abort.js';
+import { afterFailure, type CancelKind, endCancelled, failFatal, forceCancel, handBack, succeed, type TransitionParams } from '../core/transitions.js';
+import type { AbortKind } from './abort.js';
 import { storedResult } from './attempt-end.js';
 
 /** What the handler did: returned `value`, or threw `error`. */
@@ -115,14 +115,16 @@ export function leftoverOutcome(job: OutcomeJob, worker: OutcomeWorker, now: num
 
 /**
  * The outcome of an attempt whose handler ignored its signal past the drain period after a
- * cancel or a timeout (stuck-handlers.ts): the job ends cancelled as if the handler had thrown
- * at its signal, and the log says the handler was abandoned.
+ * cancel or a timeout (stuck-handlers.ts): the same forced cancel the sweeper writes after the
+ * drain (core/transitions.ts forceCancel), so the job ends the same whichever of the two writes
+ * first (the other is refused by the lease).
  */
-export function abandonedOutcome(job: OutcomeJob, task: OutcomeTask, worker: OutcomeWorker, kind: CancelKind, now: number): Outcome {
-  const thrown = new JobAbortedError(kind, `the handler ignored its signal (${kind}) past the drain period; abandoned`);
-  const outcome = decideOutcome(job, task, worker, { ok: false, error: thrown }, kind, now);
-  outcome.write.reason = `${kind}; handler abandoned`;
-  return outcome;
+export function abandonedOutcome(job: OutcomeJob, worker: OutcomeWorker, kind: CancelKind, now: number): Outcome {
+  const write = forceCancel({ id: job.id, state: job.state, lease: job.lease, workerId: worker.id, timeoutMs: job.timeoutMs, cancelReason: kind }, now, 'drain');
+  const error = write.patch?.error as JobError;
+  // A timeout is the job's failure (logged like any timed-out attempt); a cancel is what its user asked for.
+  const failure: FailedAttempt | null = kind === 'timeout' ? { thrown: null, error, next: 'cancelled', runAt: undefined } : null;
+  return { write, stat: 'cancelled', failure };
 }
 
 /** The outcome that fails a job in place of one the store refused (see outcome-isolation.ts). */

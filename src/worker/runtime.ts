@@ -88,7 +88,7 @@ export interface WorkerOptions {
   /**
    * How long a handler may go on after its signal fired for a cancel, a timeout or a lost lease
    * before the worker abandons it and frees its slot (stuck-handlers.ts). The instance passes
-   * its cancel drain period. Default 30 000 ms.
+   * its cancel drain period plus one sweep interval. Default 31 000 ms.
    */
   abandonAfterMs?: number;
   /** Abandoned handlers still pending past which the worker reports itself unhealthy. Default 10. */
@@ -179,7 +179,7 @@ export class Worker {
       claimAheadMax,
       claimedWaitMs: this.claimedWaitMs,
     });
-    this.stuck = new StuckHandlers({ log: this.log, bus: this.bus, abandonAfterMs: options.abandonAfterMs ?? 30_000, maxPending: options.maxAbandonedHandlers ?? 10 });
+    this.stuck = new StuckHandlers({ log: this.log, bus: this.bus, abandonAfterMs: options.abandonAfterMs ?? 31_000, maxPending: options.maxAbandonedHandlers ?? 10 });
     this.upkeep = new LeaseUpkeep({ ...shared, heartbeatIntervalMs: options.defaults.heartbeatIntervalMs });
     this.spans = new AttemptSpans(store);
     this.contexts = new HandlerContexts({
@@ -317,7 +317,7 @@ export class Worker {
     }
     const now = this.clock();
     const outcome =
-      active.abandoned && (kind === 'cancelled' || kind === 'timeout') ? abandonedOutcome(job, task, this.self, kind, now) : decideOutcome(job, task, this.self, result, kind, now);
+      active.abandoned && (kind === 'cancelled' || kind === 'timeout') ? abandonedOutcome(job, this.self, kind, now) : decideOutcome(job, task, this.self, result, kind, now);
     if (this.options.retention && deletedOnEnd(this.options.retention, task.retention, outcome.write.to)) outcome.write = { ...outcome.write, deleteOnEnd: true };
     const f = outcome.failure;
     if (f !== null) logFailedAttempt(this.log, job, f.thrown, f.error, f.next, f.runAt);

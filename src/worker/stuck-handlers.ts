@@ -5,7 +5,8 @@
  * whose slots are all held that way claims nothing while looking healthy.
  *
  * This part finds them: a started handler whose signal fired more than `abandonAfterMs` ago
- * (the cancel drain period) and that has not returned. The worker then ends the attempt without
+ * (the cancel drain period and one sweep: by then the sweeper has forced the job's cancel) and
+ * that has not returned. The worker then ends the attempt without
  * it and frees its slot (runtime.ts); JavaScript cannot stop a promise, so the handler's code
  * may still run, but every write it makes is refused by the lease. Those still pending are
  * counted: past `maxPending` the worker reports itself unhealthy (`/healthz`, `/readyz`, a log

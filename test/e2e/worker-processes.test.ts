@@ -229,8 +229,11 @@ describe('worker processes sharing one SQLite file', { concurrency: 3 }, () => {
       );
       const drained = Date.parse(log.at(-1)?.at as string) - Date.parse(log.at(-2)?.at as string);
       assert.ok(drained >= 400 && drained < 1500, `forced ${drained} ms after the cancel request (drain 400)`);
-      // The handler finishes later anyway; its completion is refused and the job stays cancelled.
+      // The worker gives up on the handler one sweep after the drain and writes the same forced
+      // cancel, which the lease refuses (the sweeper wrote it); the job stays cancelled.
       await waitFor(() => (w.stats?.refused ?? 0) >= 1, 'the late completion to be refused', 6000);
+      // The abandoned handler runs on to its end all the same (JavaScript cannot stop it).
+      await waitFor(() => effectsOf(job.id).some((e) => e.kind === 'end'), 'the abandoned handler to end', 6000);
       const end = effectsOf(job.id).find((e) => e.kind === 'end')?.data as { aborted: boolean; reason: string; abortedAfterMs: number } | undefined;
       assert.equal(end?.aborted, true);
       assert.equal(end?.reason, 'timeout');
