@@ -95,6 +95,12 @@ async function setup(database: string, blobDir: string): Promise<Setup> {
   };
 }
 
+/**
+ * For jobs of iso.spin that do not spin: its 1 s timeout is for the loop, and a new thread's
+ * start (its module loaded under tsx) took longer than that on a loaded machine (a full run).
+ */
+const CALM = { timeoutMs: 60_000 };
+
 async function ended(lh: Longhaul, id: string, timeoutMs = 20_000): Promise<JobSnapshot> {
   return pollUntil(
     async () => {
@@ -112,7 +118,7 @@ for (const target of TARGETS) {
       const s = await setup(await target.database(), join(dir, `blobs-spin-${target.name}`));
       try {
         // A first job loads the task's thread (pool of one), so the loop below is all that runs.
-        const warm = await ended(s.lh, (await s.lh.submit('iso.spin', { spin: false })).id);
+        const warm = await ended(s.lh, (await s.lh.submit('iso.spin', { spin: false }, CALM)).id);
         assert.equal(warm.status, 'succeeded');
 
         // The loop starts within milliseconds of the submit and runs until its thread is
@@ -140,7 +146,7 @@ for (const target of TARGETS) {
         assert.ok(s.lines.some((l) => l.msg === 'terminating a handler thread: its handler ignored its signal' && l.jobId === job.id && l.abort === 'timeout'));
 
         // The pool's one thread was terminated: the next job runs, in a new thread.
-        const next = await ended(s.lh, (await s.lh.submit('iso.spin', { spin: false })).id);
+        const next = await ended(s.lh, (await s.lh.submit('iso.spin', { spin: false }, CALM)).id);
         assert.equal(next.status, 'succeeded');
         const before = warm.result as { threadId: number; isMainThread: boolean };
         const after = next.result as { threadId: number; isMainThread: boolean };
@@ -256,7 +262,7 @@ for (const target of TARGETS) {
         }
         const crashLine = s.lines.find((l) => l.code === 'THREAD_CRASHED');
         assert.match(String((crashLine?.err as { message?: string })?.message), /uncaught exception in the handler's thread: TypeError: thrown from a timer/);
-        const next = await ended(s.lh, (await s.lh.submit('iso.spin', { spin: false })).id);
+        const next = await ended(s.lh, (await s.lh.submit('iso.spin', { spin: false }, CALM)).id);
         assert.equal(next.status, 'succeeded');
         assert.equal((next.result as { isMainThread: boolean }).isMainThread, false);
 

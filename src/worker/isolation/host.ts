@@ -13,6 +13,7 @@
  */
 import { PassThrough, type Readable } from 'node:stream';
 import type { Logger } from 'pino';
+import { parseJson } from '../../core/json-text.js';
 import type { TaskContext } from '../../task-api/define.js';
 import type { TaskIsolation } from '../../task-api/isolation.js';
 import type { Active } from '../attempt.js';
@@ -197,7 +198,7 @@ class HostedAttempt implements ThreadSink {
   private logLine(line: string): void {
     let record: Record<string, unknown>;
     try {
-      record = JSON.parse(line) as Record<string, unknown>;
+      record = parseJson(line) as Record<string, unknown>;
     } catch {
       return;
     }
