@@ -39,7 +39,7 @@ export function printReport(r: ChaosReport, extra: Record<string, unknown> = {})
     [
       'fail-fast siblings',
       n(r.failFast.siblings),
-      `${r.failFast.parents} parents: ${n(r.failFast.cancelled)} cancelled; started after the failing child ended: ${n(r.failFast.startedAfterFailure)}, over 1 s after: ${n(r.failFast.startedOver1sAfter)}`,
+      `${r.failFast.parents} parents: ${n(r.failFast.cancelled)} cancelled; started after the failing child ended: ${n(r.failFast.startedAfterFailure)} (at most ${n(r.failFast.maxStartLagMs)} ms after), over 1 s after: ${n(r.failFast.startedOver1sAfter)}`,
     ],
     ['time to drain after the last fault', s(r.drainMs), ''],
     ['chaos / wall time', `${s(r.chaosMs)} / ${s(r.wallMs)}`, ''],

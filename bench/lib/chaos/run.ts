@@ -92,7 +92,7 @@ export interface ChaosReport {
    * the first failing child ended (a claim racing the failure's write can; more than 1 s after,
    * the siblings were not cancelled at once).
    */
-  failFast: { parents: number; siblings: number; cancelled: number; startedAfterFailure: number; startedOver1sAfter: number };
+  failFast: { parents: number; siblings: number; cancelled: number; startedAfterFailure: number; startedOver1sAfter: number; maxStartLagMs: number };
   signals: { sent: number; unsent: number; refused: number };
   /** From the last fault (a kill, the server kill, or PostgreSQL back) to no job open; null: no drain within the timeout. */
   drainMs: number | null;
@@ -272,7 +272,7 @@ async function audit(o: ChaosOptions, api: ChaosApi, d: Deployment, driver: Driv
 
   const byType: Record<string, Record<string, number>> = {};
   const unexpected: Record<string, number> = {};
-  const failFast = { parents: 0, siblings: 0, cancelled: 0, startedAfterFailure: 0, startedOver1sAfter: 0 };
+  const failFast = { parents: 0, siblings: 0, cancelled: 0, startedAfterFailure: 0, startedOver1sAfter: 0, maxStartLagMs: 0 };
   const parents = all.filter((s) => s.type === 'chaos.parent');
   const parentSnaps = new Map<string, Snap>();
   await pooled(parents, 8, async (p) => {
@@ -318,6 +318,7 @@ async function audit(o: ChaosOptions, api: ChaosApi, d: Deployment, driver: Driv
         failFast.cancelled += siblings.filter((c) => c.status === 'cancelled').length;
         failFast.startedAfterFailure += after.length;
         failFast.startedOver1sAfter += late;
+        for (const c of after) failFast.maxStartLagMs = Math.max(failFast.maxStartLagMs, Date.parse(c.startedAt as string) - failedAt);
         if (late > 0) {
           inv.failFastLate += late;
           problem(`fail-fast parent ${s.id}: ${late} of its ${siblings.length} siblings started more than 1 s after a sibling failed`);
