@@ -80,13 +80,15 @@ export function readWorkflow(value: unknown): WorkflowState {
 
 /**
  * Whether ending a saga's job now would leave completed steps done and not undone: it completed
- * steps and has not begun compensating, or its compensation is under way (no compensation of
- * it failed: after a failed one it stops on purpose). The reaper runs such a saga again even
- * when its attempts are spent (core/transitions.ts reapLostWorker).
+ * steps not compensated yet, and no compensation of it failed (after a failed one it stops on
+ * purpose). Such a saga runs again even when its attempts are spent: when its worker dies
+ * (core/transitions.ts reapLostWorker) and when an attempt fails outside its steps, a journal
+ * write refused or out of reach (worker/outcome.ts sagaOutcome).
  */
 export function owesCompensation(journal: WorkflowState): boolean {
-  if (journal.compensation !== null) return journal.compensation.failed === null;
-  return journal.steps.length > 0;
+  const c = journal.compensation;
+  if (c !== null && c.failed !== null) return false;
+  return journal.steps.some((s) => c === null || !c.done.includes(s.name));
 }
 
 /**

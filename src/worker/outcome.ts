@@ -11,7 +11,8 @@ import { classifyError, errorStack, type JobError } from '../core/errors.js';
 import type { JobRecord } from '../core/job.js';
 import { decideAfterFailure } from '../core/lifecycle.js';
 import { MAX_ATTEMPT_STACK } from '../core/limits.js';
-import { afterFailure, type CancelKind, endCancelled, failFatal, forceCancel, handBack, succeed, type TransitionParams } from '../core/transitions.js';
+import { afterFailure, COMPENSATION_EXTRA_ATTEMPTS, type CancelKind, endCancelled, failFatal, forceCancel, handBack, succeed, type TransitionParams } from '../core/transitions.js';
+import { owesCompensation, type WorkflowState } from '../core/workflow.js';
 import type { AbortKind } from './abort.js';
 import { storedResult } from './attempt-end.js';
 
@@ -125,6 +126,26 @@ export function abandonedOutcome(job: OutcomeJob, worker: OutcomeWorker, kind: C
   // A timeout is the job's failure (logged like any timed-out attempt); a cancel is what its user asked for.
   const failure: FailedAttempt | null = kind === 'timeout' ? { thrown: null, error, next: 'cancelled', runAt: undefined } : null;
   return { write, stat: 'cancelled', failure };
+}
+
+/**
+ * A saga's outcome: one that would fail the job while the saga owes compensation (completed
+ * steps not undone) becomes a retry at once, within COMPENSATION_EXTRA_ATTEMPTS beyond its
+ * maxAttempts, as when its worker dies (core/transitions.ts reapLostWorker): the next attempt
+ * compensates. A saga compensates a step that fails for good itself; what reaches here failed
+ * outside its steps: the journal write after a step refused or out of reach past its retries
+ * (then `journal`, as this attempt knew it, may hold a step the store does not: that step counts
+ * as not completed, and the attempt beyond maxAttempts only compensates: workflow/saga.ts), or a
+ * step's output that cannot be stored.
+ */
+export function sagaOutcome(outcome: Outcome, job: OutcomeJob, journal: WorkflowState, now: number): Outcome {
+  if (outcome.write.to !== 'failed' || outcome.failure === null) return outcome;
+  if (job.attempts >= job.maxAttempts + COMPENSATION_EXTRA_ATTEMPTS || !owesCompensation(journal)) return outcome;
+  const { error } = outcome.failure;
+  const write = afterFailure(job, outcome.write.workerId ?? '', now, { to: 'retrying', runAt: now, error });
+  write.reason = 'retry scheduled: compensation owed';
+  if (outcome.write.patch?.stack !== undefined && write.patch) write.patch.stack = outcome.write.patch.stack;
+  return { write, stat: 'retried', failure: { ...outcome.failure, next: 'retrying', runAt: now } };
 }
 
 /** The outcome that fails a job in place of one the store refused (see outcome-isolation.ts). */

@@ -32,7 +32,7 @@ import type { TaskContext } from '../task-api/define.js';
 import { runSaga } from '../workflow/saga.js';
 import { runStages } from '../workflow/stages.js';
 import { deletedOnEnd, type RetentionPolicy } from '../core/retention.js';
-import { abandonedOutcome, decideOutcome, type HandlerResult, leftoverOutcome, type OutcomeWorker } from './outcome.js';
+import { abandonedOutcome, decideOutcome, type HandlerResult, leftoverOutcome, type OutcomeWorker, sagaOutcome } from './outcome.js';
 import { StuckHandlers, type WorkerHealth } from './stuck-handlers.js';
 import { jobLogFields } from '../core/log-fields.js';
 
@@ -316,8 +316,9 @@ export class Worker {
       return this.loop.release(active);
     }
     const now = this.clock();
-    const outcome =
+    let outcome =
       active.abandoned && (kind === 'cancelled' || kind === 'timeout') ? abandonedOutcome(job, this.self, kind, now) : decideOutcome(job, task, this.self, result, kind, now);
+    if (task.steps && active.workflow) outcome = sagaOutcome(outcome, job, active.workflow.journal, now);
     if (this.options.retention && deletedOnEnd(this.options.retention, task.retention, outcome.write.to)) outcome.write = { ...outcome.write, deleteOnEnd: true };
     const f = outcome.failure;
     if (f !== null) logFailedAttempt(this.log, job, f.thrown, f.error, f.next, f.runAt);

@@ -14,7 +14,9 @@
  * the job while attempts remain, and the step it died in runs again. When it dies on the last
  * attempt with steps completed, the reaper grants one attempt more (core/transitions.ts
  * reapLostWorker), which only compensates: the step the worker died in is taken as failed with
- * the lost worker's error (the job's last error) and is not run again.
+ * the lost worker's error (the job's last error) and is not run again. So does an attempt that
+ * failed outside its steps on the last attempt, a journal write out of reach past its retries
+ * (worker/outcome.ts sagaOutcome).
  */
 import { classifyError, FatalError } from '../core/errors.js';
 import type { JobRecord } from '../core/job.js';
@@ -42,11 +44,14 @@ export async function runSaga(task: Task, job: Pick<JobRecord, 'attempts' | 'max
     for (const step of task.steps as readonly SagaStep[]) {
       if (journal.steps.some((s) => s.name === step.name)) continue;
       if (compensationOnly(job.attempts, job.maxAttempts)) {
-        // Its worker died in this step on the job's last attempt: undo the steps done, do not run it again.
+        // This step did not complete on the job's last attempt (its worker died in it, or the
+        // journal could not be written after it: worker/outcome.ts sagaOutcome): undo the steps
+        // done, do not run it again.
         const error = job.error ?? lostWorkerError(job.maxAttempts, job.maxAttempts);
         journal.compensation = { failedStep: step.name, error, done: [], failed: null };
         await wf.save();
-        await host.note(`step ${step.name} lost with its worker on the last attempt; compensating`);
+        const how = error.code === 'HEARTBEAT_TIMEOUT' ? 'lost with its worker' : 'not completed';
+        await host.note(`step ${step.name} ${how} on the last attempt; compensating`);
         break;
       }
       let output: unknown;

@@ -7,8 +7,9 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { FatalError, RetryableError } from '../../src/core/errors.js';
 import { canTransition } from '../../src/core/states.js';
-import { afterFailure, endCancelled, failFatal, handBack, succeed, type TransitionParams } from '../../src/core/transitions.js';
-import { decideOutcome, leftoverOutcome, type Outcome, type OutcomeJob, type OutcomeTask, type OutcomeWorker } from '../../src/worker/outcome.js';
+import { afterFailure, COMPENSATION_EXTRA_ATTEMPTS, endCancelled, failFatal, handBack, succeed, type TransitionParams } from '../../src/core/transitions.js';
+import { emptyWorkflow, type WorkflowState } from '../../src/core/workflow.js';
+import { decideOutcome, leftoverOutcome, type Outcome, type OutcomeJob, type OutcomeTask, type OutcomeWorker, sagaOutcome } from '../../src/worker/outcome.js';
 
 const NOW = 1_700_000_000_000;
 const WORKER: OutcomeWorker = { id: 'w1', resultTtlMs: 3_600_000 };
@@ -169,5 +170,43 @@ describe('leftoverOutcome (a job ended without its handler)', () => {
     assert.equal(waiting.write.reason, 'cancelled (before it started)');
     assert.equal(waiting.write.patch?.error?.code, 'CANCELLED');
     assertAllowed(waiting);
+  });
+});
+
+describe('sagaOutcome: a saga never fails with compensation owed while it has attempts to compensate', () => {
+  const saga = (steps: string[], compensation: WorkflowState['compensation'] = null): WorkflowState => ({
+    ...emptyWorkflow(),
+    steps: steps.map((name) => ({ name, output: null })),
+    compensation,
+  });
+  const storeDown = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+  const failedLast = (attempts: number, maxAttempts = 1) => decideOutcome(job({ attempts, maxAttempts }), TASK, WORKER, { ok: false, error: storeDown }, null, NOW);
+
+  it('completed steps not undone, on the last attempt: a retry at once (the next attempt only compensates), with the same error', () => {
+    const plain = failedLast(1);
+    assert.equal(plain.write.to, 'failed');
+    const o = sagaOutcome(plain, job({ attempts: 1, maxAttempts: 1 }), saga(['s1']), NOW);
+    assert.equal(o.write.to, 'retrying');
+    assert.equal(o.write.reason, 'retry scheduled: compensation owed');
+    assert.equal(o.write.patch?.runAt, NOW);
+    assert.deepEqual(o.write.patch?.error, plain.write.patch?.error);
+    assert.equal(o.stat, 'retried');
+    assert.equal(o.failure?.next, 'retrying');
+    assertAllowed(o);
+  });
+
+  it('left as it is: nothing completed, every completed step compensated, a compensation failed, the bound reached, or not a failure', () => {
+    const plain = failedLast(1);
+    const j = job({ attempts: 1, maxAttempts: 1 });
+    assert.equal(sagaOutcome(plain, j, saga([]), NOW), plain);
+    assert.equal(sagaOutcome(plain, j, saga(['s1', 's2'], { failedStep: 's3', error: { message: 'x', code: 'X', retryable: false }, done: ['s2', 's1'], failed: null }), NOW), plain);
+    const failedUndo = saga(['s1', 's2'], { failedStep: 's3', error: { message: 'x', code: 'X', retryable: false }, done: ['s2'], failed: { step: 's1', error: { message: 'y', code: 'Y', retryable: false } } });
+    assert.equal(sagaOutcome(plain, j, failedUndo, NOW), plain);
+    const bound = failedLast(1 + COMPENSATION_EXTRA_ATTEMPTS);
+    assert.equal(sagaOutcome(bound, job({ attempts: 1 + COMPENSATION_EXTRA_ATTEMPTS, maxAttempts: 1 }), saga(['s1']), NOW), bound);
+    const retry = decideOutcome(job({ attempts: 1, maxAttempts: 3 }), TASK, WORKER, { ok: false, error: storeDown }, null, NOW, HALF);
+    assert.equal(sagaOutcome(retry, job({ attempts: 1, maxAttempts: 3 }), saga(['s1']), NOW), retry);
+    // A compensation under way with steps left to undo still owes it.
+    assert.equal(sagaOutcome(plain, j, saga(['s1', 's2'], { failedStep: 's3', error: { message: 'x', code: 'X', retryable: false }, done: ['s2'], failed: null }), NOW).write.to, 'retrying');
   });
 });

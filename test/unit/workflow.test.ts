@@ -139,6 +139,10 @@ describe('reaping a saga whose worker died in a step', () => {
     assert.equal(none.to, 'failed');
     assert.equal(none.reason, 'heartbeat lost; attempts exhausted');
     assert.equal(owesCompensation(done()), false);
+    // Every completed step compensated (the saga's own end, written or not): nothing more is owed.
+    const undone = { ...done('s1', 's2'), compensation: { failedStep: 's3', error: { message: 'x', code: 'X', retryable: false }, done: ['s2', 's1'], failed: null } };
+    assert.equal(owesCompensation(undone), false);
+    assert.equal(owesCompensation({ ...undone, compensation: { ...undone.compensation, done: ['s2'] } }), true);
   });
 
   it('bounded: reaped again and again (a compensation that kills its process), it fails after COMPENSATION_EXTRA_ATTEMPTS more', () => {
