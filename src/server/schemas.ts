@@ -2,6 +2,7 @@
  * JSON Schemas of the v1 routes. Fastify validates requests with them (shape errors → 400),
  * serializes snapshots with them, and @fastify/swagger turns them into /openapi.json.
  */
+import type { ScheduleInput } from '../core/api-types.js';
 import { JOB_STATES } from '../core/states.js';
 import { PRIORITIES } from '../core/job.js';
 import { MAX_ATTEMPTS_LIMIT, MAX_BATCH_JOBS, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
@@ -167,16 +168,8 @@ export const scheduleBodySchema = {
   },
 } as const;
 
-export interface ScheduleBody {
-  name: string;
-  task: string;
-  cron: string;
-  timezone?: string;
-  input?: unknown;
-  catchUp?: 'skip' | 'runOnce';
-  overlap?: boolean;
-  paused?: boolean;
-}
+/** The body `scheduleBodySchema` checks: the schedule shape of core/api-types.ts. */
+export type ScheduleBody = ScheduleInput;
 
 const scheduleView = {
   type: 'object',

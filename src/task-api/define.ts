@@ -1,4 +1,5 @@
 /** `defineTask`: how users declare a task type, its policies and its handler. */
+import type { ScheduleInput } from '../core/api-types.js';
 import { parseRetention, type RetentionInput, type RetentionPolicy } from '../core/retention.js';
 import type { Logger } from 'pino';
 import type { ResultsHandle, UploadsHandle } from '../blobs/handles.js';
@@ -283,24 +284,15 @@ export function isTask(value: unknown): value is Task {
  * Collects tasks from a tasks module: a default export (array or object of tasks, or one
  * task) and/or named exports that are tasks. Duplicate types are an error.
  */
-/** What a tasks module declares with defineSchedule (see docs/schedules.md). */
-export interface ScheduleDeclaration {
-  /** Unique per tenant; the address over the API (`/v1/schedules/{name}`). */
-  name: string;
-  /** The task type each tick submits. */
-  task: string;
-  /** Five fields (minute first), or six with seconds first. */
-  cron: string;
-  /** IANA timezone the expression is read in (DST followed). Default 'UTC'. */
-  timezone?: string;
-  input?: unknown;
-  /** Ticks missed while no process ran: 'skip' (default) or 'runOnce'. */
-  catchUp?: 'skip' | 'runOnce';
-  /** False: no new run while the previous one is not terminal. Default true. */
-  overlap?: boolean;
+/**
+ * What a tasks module declares with defineSchedule (see docs/schedules.md): the schedule shape
+ * of core/api-types.ts (`ScheduleInput`, without `paused`: pausing is an operation on a running
+ * system, kept across restarts), plus the tenant it belongs to.
+ */
+export type ScheduleDeclaration = Omit<ScheduleInput, 'paused'> & {
   /** The tenant it belongs to. Default 'default'. */
   tenant?: string;
-}
+};
 
 const SCHEDULE = Symbol.for('longhaul.schedule');
 
