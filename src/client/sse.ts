@@ -1,15 +1,17 @@
 /**
- * A streaming Server-Sent Events parser (the WHATWG "event stream interpretation"), free of
- * I/O and of Node-only APIs so that it runs in browsers too.
+ * Server-Sent Events for the client (the WHATWG "event stream interpretation"), over the
+ * `eventsource-parser` package, which is free of I/O and of Node-only APIs so that it runs in
+ * browsers too (the dashboard reads its feed with it).
  *
  * Feed it bytes (or text) in chunks of any size: frames, lines and multibyte UTF-8 characters
  * may be split anywhere. It recognises LF, CRLF and CR line endings (also a CRLF split across
  * two chunks), strips a leading BOM, reports `: comments` and `retry:` hints, and dispatches an
  * event on each blank line. As the standard says, an event's `id` persists until another `id:`
- * line changes it, a frame without `data:` dispatches nothing, and an unterminated frame at the
- * end of the stream is discarded.
+ * line changes it (also one in a frame without data), a frame without `data:` dispatches
+ * nothing, and an unterminated frame at the end of the stream is discarded. The last id is what
+ * a reconnecting client sends as `Last-Event-ID` (client.ts), and where a new parser starts.
  */
-
+import { createParser, type EventSourceParser } from 'eventsource-parser';
 /** One dispatched event. */
 export interface SseEvent {
   kind: 'event';
@@ -35,24 +37,35 @@ export interface SseComment {
 
 export type SseItem = SseEvent | SseRetry | SseComment;
 
-const LINE_END = /\r\n|\r|\n/g;
-
 export class SseParser {
+  // The BOM is left in the text for the parser, which strips exactly one (a second one is text).
   private readonly decoder = new TextDecoder('utf-8', { ignoreBOM: true });
-  /** The current line, not yet terminated. */
-  private line = '';
-  /** The previous chunk ended with CR: a LF starting the next chunk belongs to it. */
-  private skipLf = false;
-  private bomChecked = false;
-  private data: string[] = [];
-  private hasData = false;
-  private eventType = '';
+  private readonly parser: EventSourceParser;
+  /** The items completed by the chunk being parsed. */
+  private out: SseItem[] = [];
   private lastId: string;
   private retry: number | null = null;
 
   /** @param lastEventId the id to start from (a reconnecting client keeps the previous one). */
   constructor(lastEventId = '') {
     this.lastId = lastEventId;
+    this.parser = createParser({
+      // Called at each frame's end with the frame's last valid id, before its event: the id persists across frames.
+      onId: (id) => {
+        this.lastId = id;
+      },
+      onEvent: (e) => {
+        this.out.push({ kind: 'event', event: e.event ?? 'message', data: e.data, id: this.lastId });
+      },
+      onRetry: (ms) => {
+        this.retry = ms;
+        this.out.push({ kind: 'retry', ms });
+      },
+      onComment: (text) => {
+        this.out.push({ kind: 'comment', text });
+      },
+      // Invalid retry values and unknown fields are ignored, as the standard says.
+    });
   }
 
   /** The id of the last `id:` field seen (the value to send as `Last-Event-ID`). */
@@ -67,8 +80,7 @@ export class SseParser {
 
   /** Parses the next chunk; returns the items it completed, in order. */
   push(chunk: Uint8Array | string): SseItem[] {
-    const text = typeof chunk === 'string' ? chunk : this.decoder.decode(chunk, { stream: true });
-    return this.feed(text);
+    return this.feed(typeof chunk === 'string' ? chunk : this.decoder.decode(chunk, { stream: true }));
   }
 
   /**
@@ -78,93 +90,16 @@ export class SseParser {
    */
   end(): SseItem[] {
     const out = this.feed(this.decoder.decode());
-    this.line = '';
-    this.resetFrame();
+    this.parser.reset();
     return out;
   }
 
   private feed(text: string): SseItem[] {
-    const out: SseItem[] = [];
-    if (text.length === 0) return out;
-    if (!this.bomChecked) {
-      // Only the very first character of the stream may be a BOM.
-      this.bomChecked = true;
-      if (text.charCodeAt(0) === 0xfeff) {
-        text = text.slice(1);
-        if (text.length === 0) return out;
-      }
-    }
-    if (this.skipLf) {
-      this.skipLf = false;
-      if (text.charCodeAt(0) === 0x0a) text = text.slice(1);
-    }
-    let start = 0;
-    LINE_END.lastIndex = 0;
-    for (let m = LINE_END.exec(text); m !== null; m = LINE_END.exec(text)) {
-      const line = this.line + text.slice(start, m.index);
-      this.line = '';
-      start = m.index + m[0].length;
-      this.processLine(line, out);
-    }
-    this.line += text.slice(start);
-    // A CR at the very end may be the first half of a CRLF split across chunks.
-    if (text.charCodeAt(text.length - 1) === 0x0d) this.skipLf = true;
+    this.out = [];
+    this.parser.feed(text);
+    const out = this.out;
+    this.out = [];
     return out;
-  }
-
-  private processLine(line: string, out: SseItem[]): void {
-    if (line.length === 0) {
-      this.dispatch(out);
-      return;
-    }
-    const colon = line.indexOf(':');
-    if (colon === 0) {
-      const text = line.slice(1);
-      out.push({ kind: 'comment', text: text.startsWith(' ') ? text.slice(1) : text });
-      return;
-    }
-    let field: string;
-    let value: string;
-    if (colon < 0) {
-      field = line;
-      value = '';
-    } else {
-      field = line.slice(0, colon);
-      value = line.slice(colon + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-    }
-    switch (field) {
-      case 'data':
-        this.data.push(value);
-        this.hasData = true;
-        break;
-      case 'event':
-        this.eventType = value;
-        break;
-      case 'id':
-        if (!value.includes('\0')) this.lastId = value;
-        break;
-      case 'retry':
-        if (/^\d+$/.test(value)) {
-          this.retry = Number(value);
-          out.push({ kind: 'retry', ms: this.retry });
-        }
-        break;
-      default:
-        // Unknown fields are ignored.
-        break;
-    }
-  }
-
-  private dispatch(out: SseItem[]): void {
-    if (this.hasData) out.push({ kind: 'event', event: this.eventType || 'message', data: this.data.join('\n'), id: this.lastId });
-    this.resetFrame();
-  }
-
-  private resetFrame(): void {
-    this.data = [];
-    this.hasData = false;
-    this.eventType = '';
   }
 }
 
