@@ -11,6 +11,9 @@ export default defineConfig({
   publicDir: false,
   logLevel: 'warn',
   oxc: { jsx: { runtime: 'automatic', importSource: 'preact' } },
+  // The dashboard takes its API types and its SSE parser from the client SDK, compiled from
+  // source (the same mapping as web/tsconfig.json's paths); only what it uses is bundled.
+  resolve: { alias: { 'longhaul/client': fileURLToPath(new URL('../src/client/index.ts', import.meta.url)) } },
   build: {
     outDir: fileURLToPath(new URL('../dist/web', import.meta.url)),
     emptyOutDir: true,

@@ -9,8 +9,7 @@
  * what they show when it switches, as after a reconnect.
  */
 import { authHeaders } from './api';
-import { SseParser } from './sse';
-import type { Job } from './types';
+import { type JobSnapshot as Job, SseParser } from 'longhaul/client';
 
 export type FeedStatus = 'connecting' | 'live' | 'offline';
 type JobListener = (job: Job, event: string) => void;
@@ -103,16 +102,18 @@ class Feed {
     this.setStatus('live');
     if (this.connectedOnce) for (const l of this.reconnectListeners) l();
     this.connectedOnce = true;
-    const parser = new SseParser((e) => this.frame(e.id, e.event, e.data));
-    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    // The client SDK's parser: bytes in, items out (comments and retry hints are not used here).
+    const parser = new SseParser();
+    const reader = res.body.getReader();
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
-      parser.push(value);
+      for (const item of parser.push(value)) if (item.kind === 'event') this.frame(item.id, item.event, item.data);
     }
   }
 
-  private frame(id: string | null, event: string, data: string): void {
+  /** One frame; `id` is '' when the stream never sent one. */
+  private frame(id: string, event: string, data: string): void {
     if (event !== 'status' && event !== 'progress') return;
     let job: Job;
     try {
@@ -120,7 +121,7 @@ class Feed {
     } catch {
       return;
     }
-    const seq = id === null ? 0 : Number(id);
+    const seq = id === '' ? 0 : Number(id);
     const last = this.lastSeq.get(job.id);
     if (last !== undefined && seq < last) return;
     this.lastSeq.set(job.id, seq);

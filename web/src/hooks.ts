@@ -1,7 +1,7 @@
 /** Small hooks: a cancellable async read, and a throttled refresh on feed changes. */
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { feed } from './feed';
-import type { Job } from './types';
+import type { JobSnapshot as Job } from 'longhaul/client';
 
 export interface Async<T> {
   data: T | undefined;

@@ -4,10 +4,10 @@
  * the types of recent jobs and of `/v1/stats` (schemas unknown, the form asks for JSON).
  */
 import { api, isMissingRoute } from './api';
-import type { Page, Stats, TaskType, Job } from './types';
+import type { JobPage, JobStats, TaskTypeView } from 'longhaul/client';
 
 export interface TaskTypes {
-  types: TaskType[];
+  types: TaskTypeView[];
   /** True when the list came from `/v1/task-types` (complete, with schemas). */
   registered: boolean;
 }
@@ -26,12 +26,12 @@ export function taskTypes(refresh = false): Promise<TaskTypes> {
 
 async function load(): Promise<TaskTypes> {
   try {
-    const list = await api<TaskType[] | { items: TaskType[] }>('/v1/task-types');
+    const list = await api<TaskTypeView[] | { items: TaskTypeView[] }>('/v1/task-types');
     return { types: Array.isArray(list) ? list : list.items, registered: true };
   } catch (err) {
     if (!isMissingRoute(err)) throw err;
   }
-  const [stats, recent] = await Promise.all([api<Stats>('/v1/stats'), api<Page<Job>>('/v1/jobs?limit=200')]);
+  const [stats, recent] = await Promise.all([api<JobStats>('/v1/stats'), api<JobPage>('/v1/jobs?limit=200')]);
   const names = new Set<string>([...Object.keys(stats.durations), ...recent.items.map((j) => j.type)]);
-  return { types: [...names].sort().map((type) => ({ type, inputSchema: null })), registered: false };
+  return { types: [...names].sort().map((type) => ({ type, inputSchema: null, description: null, maxAttempts: null, priority: null, timeoutMs: null, concurrency: null })), registered: false };
 }

@@ -10,8 +10,9 @@ function typeOf(s: JsonSchema): string | undefined {
 }
 
 /** True when the schema is an object of fields this form can render one by one. */
-export function isFormSchema(schema: JsonSchema | null): schema is JsonSchema & { properties: Record<string, JsonSchema> } {
-  return !!schema && typeOf(schema) === 'object' && !!schema.properties;
+export function isFormSchema(schema: unknown): schema is JsonSchema & { properties: Record<string, JsonSchema> } {
+  // A task type's inputSchema may also be a boolean schema, or null: neither is a form.
+  return typeof schema === 'object' && schema !== null && typeOf(schema as JsonSchema) === 'object' && !!(schema as JsonSchema).properties;
 }
 
 export function SchemaFields({ schema, idPrefix }: { schema: JsonSchema & { properties: Record<string, JsonSchema> }; idPrefix: string }) {

@@ -1,6 +1,6 @@
 /** A job's status as a labelled badge, and its progress as an accessible progress bar. */
 import { ms } from '../format';
-import type { Job } from '../types';
+import type { JobSnapshot as Job } from 'longhaul/client';
 
 export function StatusBadge({ job }: { job: Pick<Job, 'status' | 'cancelRequested' | 'stalled'> }) {
   return (

@@ -9,7 +9,7 @@ import { api, isMissingRoute } from '../api';
 import { ago } from '../format';
 import { useAsync, useFeed, useThrottled } from '../hooks';
 import { href } from '../router';
-import type { DeadLetterGroup, Job, Page } from '../types';
+import type { DeadLetterGroupView as DeadLetterGroup, JobPage } from 'longhaul/client';
 
 type Action = 'retry' | 'discard';
 const VERB: Record<Action, string> = { retry: 'Replay', discard: 'Discard' };
@@ -153,7 +153,7 @@ function GroupJobs({
       if (group.code === null) qs.set('noCode', 'true');
       else qs.set('code', group.code);
       if (cursor) qs.set('cursor', cursor);
-      return api<Page<Job>>(`/v1/dead-letters/jobs?${qs}`, { signal });
+      return api<JobPage>(`/v1/dead-letters/jobs?${qs}`, { signal });
     },
     [group.type, group.code, cursor, tick],
   );

@@ -10,7 +10,8 @@ import { ProgressBar, StatusBadge } from '../components/status';
 import { bytes, ms, time } from '../format';
 import { useAsync, useFeed, useThrottled } from '../hooks';
 import { href, withTenant } from '../router';
-import { type Attempt, type Job, type JobError, type Page, TERMINAL, type Transition, type WebhookDelivery } from '../types';
+import { type AttemptPage, isTerminal, type JobAttempt, type JobError, type JobPage, type JobSnapshot as Job, type JobTransition } from 'longhaul/client';
+import type { WebhookDelivery } from '../types';
 
 /** A job's change sequence (as the server's SSE ids): the later of its state and progress times. */
 function seq(j: Job): number {
@@ -72,7 +73,7 @@ export function JobDetail({ id, tenant }: { id: string; tenant: string | null })
 
   if (error) return <p role="alert">{error}</p>;
   if (!job) return <p aria-busy="true">Loading job…</p>;
-  const terminal = TERMINAL.has(job.status);
+  const terminal = isTerminal(job.status);
   const canRetry = job.status === 'failed' || job.status === 'cancelled';
 
   return (
@@ -162,7 +163,7 @@ export function JobDetail({ id, tenant }: { id: string; tenant: string | null })
   );
 }
 
-function ErrorBox({ error, label }: { error: JobError | null; label: string }) {
+function ErrorBox({ error, stack, label }: { error: JobError | null; stack?: string | null; label: string }) {
   if (!error) return null;
   return (
     <div class="error-box" data-testid="error">
@@ -170,10 +171,10 @@ function ErrorBox({ error, label }: { error: JobError | null; label: string }) {
       <p>
         {error.code ? <code>{error.code}</code> : null} {error.message}
       </p>
-      {error.stack ? (
+      {stack ? (
         <details>
           <summary>Stack</summary>
-          <pre class="json">{error.stack}</pre>
+          <pre class="json">{stack}</pre>
         </details>
       ) : null}
     </div>
@@ -185,10 +186,10 @@ type JobRef = { id: string; tenant: string | null; tick: number };
 
 function Attempts({ id, tenant, tick, job }: JobRef & { job: Job }) {
   const [cursor, setCursor] = useState<string | null>(null);
-  const [earlier, setEarlier] = useState<Attempt[]>([]);
+  const [earlier, setEarlier] = useState<JobAttempt[]>([]);
   const attempts = useAsync(async (signal) => {
     try {
-      return await api<Page<Attempt>>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/attempts${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`, tenant), { signal });
+      return await api<AttemptPage>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/attempts${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`, tenant), { signal });
     } catch (err) {
       if (isMissingRoute(err)) return null;
       throw err;
@@ -212,7 +213,7 @@ function Attempts({ id, tenant, tick, job }: JobRef & { job: Job }) {
                 {time(a.startedAt)} → {a.endedAt ? time(a.endedAt) : 'now'}
               </span>
               {a.workerId ? <span class="muted mono"> {a.workerId}</span> : null}
-              {a.error ? <ErrorBox error={{ ...a.error, stack: a.stack }} label="Error" /> : null}
+              {a.error ? <ErrorBox error={a.error} stack={a.stack} label="Error" /> : null}
             </li>
           ))}
         </ol>
@@ -235,7 +236,7 @@ function Attempts({ id, tenant, tick, job }: JobRef & { job: Job }) {
 }
 
 function Timeline({ id, tenant, tick }: JobRef) {
-  const t = useAsync((signal) => api<{ items: Transition[] }>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/transitions`, tenant), { signal }), [id, tenant, tick]);
+  const t = useAsync((signal) => api<{ items: JobTransition[] }>(withTenant(`/v1/jobs/${encodeURIComponent(id)}/transitions`, tenant), { signal }), [id, tenant, tick]);
   return (
     <>
       <h2>Transitions</h2>
@@ -291,7 +292,7 @@ function Checkpoint({ id, tenant, tick }: JobRef) {
 function Children({ id, tenant, tick, total, byState }: JobRef & { total: number; byState: Record<string, number> }) {
   const [cursor, setCursor] = useState<string | null>(null);
   const page = useAsync(
-    (signal) => api<Page<Job>>(withTenant(`/v1/jobs?parentId=${encodeURIComponent(id)}&limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, tenant), { signal }),
+    (signal) => api<JobPage>(withTenant(`/v1/jobs?parentId=${encodeURIComponent(id)}&limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, tenant), { signal }),
     [id, tenant, tick, cursor],
   );
   const summary = Object.entries(byState)

@@ -12,7 +12,7 @@ import { ago } from '../format';
 import { useFeed, useNow } from '../hooks';
 import { href, navigate, type Route, withTenant } from '../router';
 import { taskTypes } from '../task-types';
-import { JOB_STATES, type Job, type Page } from '../types';
+import { JOB_STATES, type JobPage, type JobSnapshot as Job } from 'longhaul/client';
 import { type Caller, whoami } from '../whoami';
 
 const PAGE_SIZE = 50;
@@ -33,7 +33,7 @@ export function Jobs({ route }: { route: Route }) {
   // Another tenant's jobs (admins); empty: the caller's own.
   const tenant = route.params.get('tenant') ?? '';
   const [caller, setCaller] = useState<Caller | null>(null);
-  const [page, setPage] = useState<(Page<Job> & { filterKey?: string }) | null>(null);
+  const [page, setPage] = useState<(JobPage & { filterKey?: string }) | null>(null);
   const filterKey = `${state}|${type}|${q}|${cursor}|${tenant}`;
   const [error, setError] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
@@ -62,7 +62,7 @@ export function Jobs({ route }: { route: Route }) {
     setLoading(true);
     // Rows of other filters must not linger (nor take feed updates) while the new page loads.
     setPage((p) => (p && p.filterKey === filterKey ? p : null));
-    const load = async (): Promise<Page<Job>> => {
+    const load = async (): Promise<JobPage> => {
       if (ID_PATTERN.test(q.trim())) {
         try {
           return { items: [await api<Job>(withTenant(`/v1/jobs/${encodeURIComponent(q.trim())}`, tenant || null), { signal: controller.signal })], nextCursor: null };
@@ -77,7 +77,7 @@ export function Jobs({ route }: { route: Route }) {
       if (q.trim()) qs.set('q', q.trim());
       if (cursor) qs.set('cursor', cursor);
       if (tenant) qs.set('tenant', tenant);
-      return api<Page<Job>>(`/v1/jobs?${qs}`, { signal: controller.signal });
+      return api<JobPage>(`/v1/jobs?${qs}`, { signal: controller.signal });
     };
     load().then(
       (p) => {

@@ -10,7 +10,7 @@ import { Queues } from '../components/queues';
 import { count, ms } from '../format';
 import { useFeed, useThrottled } from '../hooks';
 import { href } from '../router';
-import { JOB_STATES, type Stats } from '../types';
+import { JOB_STATES, type JobStats } from 'longhaul/client';
 
 const POLL_MS = 5_000;
 const MAX_SAMPLES = 720;
@@ -19,13 +19,13 @@ const MAX_SAMPLES = 720;
 const samples: { t: number; submitted: number; finished: number }[] = [];
 
 export function Overview() {
-  const [stats, setStats] = useState<Stats | null>(null);
+  const [stats, setStats] = useState<JobStats | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [version, setVersion] = useState(0);
 
   const load = async () => {
     try {
-      const s = await api<Stats>('/v1/stats');
+      const s = await api<JobStats>('/v1/stats');
       setStats(s);
       setError(null);
       const t = Date.now() / 1000;

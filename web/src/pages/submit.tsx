@@ -8,7 +8,7 @@ import { api, ApiError } from '../api';
 import { isFormSchema, readSchemaFields, SchemaFields } from '../components/schema-form';
 import { navigate } from '../router';
 import { type TaskTypes, taskTypes } from '../task-types';
-import type { Job } from '../types';
+import type { JobSnapshot as Job } from 'longhaul/client';
 
 export function Submit() {
   const [types, setTypes] = useState<TaskTypes | null>(null);
