@@ -65,4 +65,4 @@ export type { SchedulePatch, ScheduleInput, ScheduleScope, ScheduleView, Schedul
 export { Suspended } from './workflow/run.js';
 export { generateWebhookSecret, webhookSignature } from './webhooks/signing.js';
 export { InvalidWebhookError, type WebhookConfigOptions, type WebhookOption, WebhookRefusedError } from './webhooks/service.js';
-export { JobAbortedError } from './worker/abort.js';
+export { JobAbortedError } from './core/abort.js';

@@ -29,3 +29,26 @@ export async function withAbortReason<T>(signal: AbortSignal | undefined, work: 
     throw abortReasonOr(signal, err);
   }
 }
+
+/** Why a handler's `ctx.signal` fired; the worker decides the job's next state from it. */
+export type AbortKind =
+  /** a user asked to cancel */
+  | 'cancelled'
+  /** the job ran past its timeout */
+  | 'timeout'
+  /** the worker is shutting down; the job is handed back */
+  | 'shutdown'
+  /** this worker no longer holds the lease (reaped, or finished elsewhere) */
+  | 'lease-lost'
+  /** the handler waits (ctx.spawn, sleep, waitFor): the job is waiting, its handler runs again later */
+  | 'suspended';
+
+export class JobAbortedError extends Error {
+  constructor(
+    readonly kind: AbortKind,
+    message?: string,
+  ) {
+    super(message ?? `job aborted: ${kind}`);
+    this.name = 'AbortError';
+  }
+}

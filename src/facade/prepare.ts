@@ -9,9 +9,9 @@ import type { LonghaulConfig } from '../config.js';
 import { InputValidationError, InvalidOptionsError, UnknownTaskError, UnstorableValueError } from '../core/errors.js';
 import { uuidv7 } from '../core/ids.js';
 import { PRIORITIES } from '../core/job.js';
-import { parseJson } from '../core/json-text.js';
-import { jsonDepth, MAX_ATTEMPTS_LIMIT, MAX_IDEMPOTENCY_KEY, MAX_JSON_DEPTH, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
-import { findUnstorable, findUnstorableInJson, hasUnstorable, type UnstorableAt, unstorableIssue } from '../core/storable.js';
+import { jsonCopy } from '../core/json-copy.js';
+import { MAX_ATTEMPTS_LIMIT, MAX_IDEMPOTENCY_KEY, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
+import { findUnstorable, hasUnstorable, type UnstorableAt, unstorableIssue } from '../core/storable.js';
 import type { NewJob } from '../store/store.js';
 import type { Task } from '../task-api/define.js';
 import { validateInput } from '../task-api/schema.js';
@@ -49,24 +49,6 @@ function toEpoch(runAt: Date | string | number, now: number): number {
 /** Refuses a submitted string no store accepts (core/storable.ts), naming where it is. */
 function refuseUnstorable(at: UnstorableAt | null): void {
   if (at) throw new UnstorableValueError(at.path, unstorableIssue(at));
-}
-
-/** A JSON copy of `value` (what the store keeps), or a clear error naming `what`. */
-export function jsonCopy(value: unknown, what: string): unknown {
-  const tooDeep = () => new InvalidOptionsError(`${what} nests deeper than ${MAX_JSON_DEPTH} levels`, what);
-  let text: string | undefined;
-  try {
-    text = JSON.stringify(value);
-  } catch (err) {
-    if (jsonDepth(value) > MAX_JSON_DEPTH) throw tooDeep();
-    throw new InvalidOptionsError(`${what} must be JSON-serializable: ${(err as Error).message}`, what);
-  }
-  if (text === undefined) throw new InvalidOptionsError(`${what} must be JSON-serializable: ${typeof value} has no JSON form`, what);
-  // Each level of nesting takes at least two characters: short texts need no walk.
-  if (text.length > 2 * MAX_JSON_DEPTH && jsonDepth(value) > MAX_JSON_DEPTH) throw tooDeep();
-  const copy: unknown = parseJson(text);
-  refuseUnstorable(findUnstorableInJson(copy, text, what));
-  return copy;
 }
 
 /**

@@ -5,7 +5,8 @@
  */
 import type { JobRecord } from '../core/job.js';
 import type { Task } from '../task-api/define.js';
-import { type AbortKind, AttemptAbort } from './abort.js';
+import type { AbortKind } from '../core/abort.js';
+import { AttemptAbort } from './abort.js';
 import type { LongTimer } from './long-timer.js';
 import type { Outcome } from './outcome.js';
 import type { WorkflowRun } from '../workflow/run.js';

@@ -25,7 +25,7 @@ import type { JobRecord } from '../core/job.js';
 import type { ChildSpec } from '../workflow/run.js';
 import { ProgressReporter } from './progress-reporter.js';
 import { retryBudgetMs, type StoreWriteRetry, withStoreRetry } from './store-retry.js';
-import { isDeepJson, storedResult } from './attempt-end.js';
+import { isDeepJson, storedResult } from '../core/json-copy.js';
 
 /** Blob storage for `ctx.results` and `ctx.uploads`; without it they throw BLOBS_UNAVAILABLE. */
 export interface WorkerFiles {

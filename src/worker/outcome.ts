@@ -13,8 +13,8 @@ import { decideAfterFailure } from '../core/lifecycle.js';
 import { MAX_ATTEMPT_STACK } from '../core/limits.js';
 import { afterFailure, COMPENSATION_EXTRA_ATTEMPTS, type CancelKind, endCancelled, failFatal, forceCancel, handBack, succeed, type TransitionParams } from '../core/transitions.js';
 import { owesCompensation, type WorkflowState } from '../core/workflow.js';
-import type { AbortKind } from './abort.js';
-import { storedResult } from './attempt-end.js';
+import type { AbortKind } from '../core/abort.js';
+import { storedResult } from '../core/json-copy.js';
 
 /** What the handler did: returned `value`, or threw `error`. */
 export type HandlerResult = { ok: true; value: unknown } | { ok: false; error: unknown };

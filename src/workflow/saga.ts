@@ -23,7 +23,7 @@ import type { JobRecord } from '../core/job.js';
 import { lostWorkerError } from '../core/lifecycle.js';
 import { compensationOnly } from '../core/workflow.js';
 import type { SagaStep, Task, TaskContext } from '../task-api/define.js';
-import { storedResult } from '../worker/attempt-end.js';
+import { storedResult } from '../core/json-copy.js';
 import type { WorkflowRun } from './run.js';
 import { endsTheAttempt } from './stages.js';
 

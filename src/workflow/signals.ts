@@ -8,7 +8,7 @@ import type { JobBus } from '../channel/bus.js';
 import { InvalidOptionsError, JobEndedError, JobNotFoundError } from '../core/errors.js';
 import { signalNameProblem } from '../core/limits.js';
 import type { JobIdentity } from '../core/transitions.js';
-import { jsonCopy } from '../facade/prepare.js';
+import { jsonCopy } from '../core/json-copy.js';
 import type { WorkflowStore } from '../store/store.js';
 
 export interface SignalOutcome {

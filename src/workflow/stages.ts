@@ -9,8 +9,8 @@ import { backoffDelay } from '../core/backoff.js';
 import { classifyError, FatalError, LeaseLostError } from '../core/errors.js';
 import type { ProgressUpdate } from '../core/progress.js';
 import type { StageDefinition, Task, TaskContext } from '../task-api/define.js';
-import { JobAbortedError } from '../worker/abort.js';
-import { storedResult } from '../worker/attempt-end.js';
+import { JobAbortedError } from '../core/abort.js';
+import { storedResult } from '../core/json-copy.js';
 import { Suspended, type WorkflowRun } from './run.js';
 
 /** Errors that end the attempt rather than the stage: a wait, a lost lease, a cancel or shutdown. */

@@ -516,7 +516,8 @@ describe('worker runtime, edge cases', () => {
 
 describe('an attempt’s abort state (ctx.signal made on first read)', () => {
   it('a signal read after the abort starts aborted with the reason; one read before it fires; the first abort wins', async () => {
-    const { AttemptAbort, JobAbortedError } = await import('../../src/worker/abort.js');
+    const { AttemptAbort } = await import('../../src/worker/abort.js');
+    const { JobAbortedError } = await import('../../src/core/abort.js');
     const late = new AttemptAbort();
     assert.equal(late.aborted, false);
     assert.equal(late.kind, null);

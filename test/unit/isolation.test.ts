@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { ChildFailedError, classifyError, FatalError, LeaseLostError, RetryableError, WaitTimeoutError } from '../../src/core/errors.js';
 import { defineTask } from '../../src/task-api/define.js';
-import { JobAbortedError } from '../../src/worker/abort.js';
+import { JobAbortedError } from '../../src/core/abort.js';
 import { decodeError, encodeError } from '../../src/worker/isolation/protocol.js';
 import { Suspended } from '../../src/workflow/run.js';
 

@@ -60,10 +60,6 @@ const NOT_YET_MENDED: string[] = [
   'store/store.ts → ../postgres/listen-connection.js',
   'sweeper/sweeper.ts → ../workflow/fail-fast.js',
   'task-api/define.ts → ../workflow/run.js',
-  'workflow/saga.ts → ../worker/attempt-end.js',
-  'workflow/signals.ts → ../facade/prepare.js',
-  'workflow/stages.ts → ../worker/abort.js',
-  'workflow/stages.ts → ../worker/attempt-end.js',
 ];
 /** Dynamic imports of a computed name: both load the user's own task module, never a module of src/. */
 const COMPUTED_IMPORTS = new Set(['cli/runtime.ts', 'worker/isolation/thread-entry.ts']);

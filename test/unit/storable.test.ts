@@ -16,7 +16,7 @@ import { escapeUnstorable, findUnstorable, findUnstorableInValue, hasUnstorable,
 import { isTransientStoreError } from '../../src/core/store-errors.js';
 import { Batcher } from '../../src/store/batcher.js';
 import type { Store, TransitionParams } from '../../src/store/store.js';
-import { storedResult } from '../../src/worker/attempt-end.js';
+import { storedResult } from '../../src/core/json-copy.js';
 import { OUTCOME_REFUSED, writeEachAlone } from '../../src/worker/outcome-isolation.js';
 import { withStoreRetry } from '../../src/worker/store-retry.js';
 

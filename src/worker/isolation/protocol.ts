@@ -16,7 +16,7 @@ import { ChildFailedError, FatalError, type JobError, LeaseLostError, RetryableE
 import type { ProgressUpdate } from '../../core/progress.js';
 import type { TaskJobInfo } from '../../task-api/define.js';
 import { Suspended } from '../../workflow/run.js';
-import { type AbortKind, JobAbortedError } from '../abort.js';
+import { type AbortKind, JobAbortedError } from '../../core/abort.js';
 
 /** What a thread is started with (`workerData`). */
 export interface ThreadInit {

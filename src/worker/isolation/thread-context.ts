@@ -13,8 +13,8 @@ import type { ResultFile, ResultsHandle, UploadInfo, UploadsHandle } from '../..
 import { parseJson } from '../../core/json-text.js';
 import { EMPTY_PROGRESS, mergeProgress, type Progress, type ProgressUpdate } from '../../core/progress.js';
 import type { CheckpointHandle, ChildOutcome, ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy, TaskContext, TaskJobInfo } from '../../task-api/define.js';
-import { type AbortKind, JobAbortedError } from '../abort.js';
-import { isDeepJson, storedResult } from '../attempt-end.js';
+import { type AbortKind, JobAbortedError } from '../../core/abort.js';
+import { isDeepJson, storedResult } from '../../core/json-copy.js';
 import { type CallOp, encodeError, type FromThread, ownBytes, type ProgressFields, type RunMessage, type StageBegin } from './protocol.js';
 
 /** How often progress goes to the worker at most (it publishes at most every 50 ms itself). */

@@ -10,7 +10,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { FatalError } from '../../core/errors.js';
 import { collectTasks, type Task } from '../../task-api/define.js';
-import { storedResult } from '../attempt-end.js';
+import { storedResult } from '../../core/json-copy.js';
 import { type CallOp, decodeError, encodeError, type FromThread, type RunMessage, type ThreadInit, type ToThread } from './protocol.js';
 import { type AttemptLink, ThreadContext } from './thread-context.js';
 
