@@ -62,6 +62,18 @@ describe('Standard Webhooks signing', () => {
     assert.equal(webhookSignature({ id: 'msg_1', timestamp, body, secret: SECRET }), headers['webhook-signature']);
   });
 
+  test("the wire format is the specification's: its published example signs to its published signature", () => {
+    // The example of the Standard Webhooks specification (and of its reference libraries' tests):
+    // a literal, so a change of signing library cannot change what receivers get unnoticed.
+    const example = { id: 'msg_p5jXN8AQM9LWM0D4loKWxJek', timestamp: 1614265330, body: '{"test": 2432232314}', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' };
+    assert.equal(webhookSignature(example), 'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=');
+    assert.deepEqual(webhookHeaders({ ...example, timestamp: example.timestamp + 0.9 }), {
+      'webhook-id': example.id,
+      'webhook-timestamp': '1614265330',
+      'webhook-signature': 'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=',
+    });
+  });
+
   test('secrets: whsec_ + base64 of 24–64 bytes; errors never echo the secret', () => {
     const generated = generateWebhookSecret();
     assert.ok(isWebhookSecret(generated));
