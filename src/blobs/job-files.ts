@@ -6,7 +6,7 @@
 import { FatalError } from '../core/errors.js';
 import type { JobSnapshot } from '../core/job.js';
 import type { ResultFileRecord, ResultFileStore } from '../store/store.js';
-import type { StoreWriteRetry } from '../worker/store-retry.js';
+import type { StoreWriteRetry } from '../core/store-errors.js';
 import { openBlobStore, resolveBlobStoreConfig, resolveUploadLimits, type UploadLimits } from './config.js';
 import type { ResultsHandle, UploadsHandle } from './handles.js';
 import { buildResultLinks } from './result-links.js';

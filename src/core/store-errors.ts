@@ -70,3 +70,9 @@ export function isTransientStoreError(err: unknown): boolean {
   const message = (err as { message?: unknown }).message;
   return typeof message === 'string' && PG_CONNECTION_MESSAGES.test(message);
 }
+
+/**
+ * Runs one store write (named for the log) through a short outage: the worker's
+ * (worker/store-retry.ts) is handed to what writes on a handler's behalf, such as blobs/.
+ */
+export type StoreWriteRetry = <T>(what: string, write: () => Promise<T>) => Promise<T>;

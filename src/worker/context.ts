@@ -24,7 +24,8 @@ import type { NewJob, Store } from '../store/store.js';
 import type { JobRecord } from '../core/job.js';
 import type { ChildSpec } from '../workflow/run.js';
 import { ProgressReporter } from './progress-reporter.js';
-import { retryBudgetMs, type StoreWriteRetry, withStoreRetry } from './store-retry.js';
+import type { StoreWriteRetry } from '../core/store-errors.js';
+import { retryBudgetMs, withStoreRetry } from './store-retry.js';
 import { isDeepJson, storedResult } from '../core/json-copy.js';
 
 /** Blob storage for `ctx.results` and `ctx.uploads`; without it they throw BLOBS_UNAVAILABLE. */

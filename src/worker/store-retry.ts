@@ -11,9 +11,6 @@
 import type { Logger } from 'pino';
 import { isTransientStoreError } from '../core/store-errors.js';
 
-/** Runs one store write (named for the log) through a short outage. */
-export type StoreWriteRetry = <T>(what: string, write: () => Promise<T>) => Promise<T>;
-
 export interface StoreRetryOptions {
   /** What is written, for the log: `checkpoint`, `progress`, `result file`. */
   what: string;
