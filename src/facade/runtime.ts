@@ -22,6 +22,7 @@ import type { Task } from '../task-api/define.js';
 import { dispatchWebhookEvents, type WebhookConfig } from '../webhooks/service.js';
 import { Worker, type WorkerHealth, type WorkerOptions } from '../worker/runtime.js';
 import { cancelChildren } from '../workflow/cancel-children.js';
+import { announceResumedParents } from '../workflow/fail-fast.js';
 import { ParentTracker } from '../workflow/parents.js';
 import type { WorkerWorkflows } from '../worker/context.js';
 import type { LazyFiles } from './files.js';
@@ -187,6 +188,7 @@ export class Runtime {
         for (const job of jobs) await jf.deleteJobFiles(store, job.id);
       },
       retention: async (now) => (await this.eraser.retain(config.retention, this.taskRetention(), now)).jobs,
+      announceResumed: (resumed, now) => announceResumedParents(store, bus, resumed, now),
       maintenance: () => this.dispatchWebhooks(),
       everyPass: async (now) => {
         // Schedules tick in every process, not only in the elected sweeper: each tick is keyed,

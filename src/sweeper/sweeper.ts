@@ -17,8 +17,7 @@ import { expireResult, flagStalled, forceCancel, reapLostWorker, requestTimeout,
 import { STATS_WINDOW_MS } from '../core/stats-window.js';
 import { Outage, type OutageLine } from '../core/outage.js';
 import { isTransientStoreError } from '../core/store-errors.js';
-import type { JobQueueStore, WorkflowStore } from '../store/store.js';
-import { announceResumedParents } from '../workflow/fail-fast.js';
+import type { JobQueueStore, ResumedJob, WorkflowStore } from '../store/store.js';
 import { applyTransitions } from '../transitions/apply.js';
 
 export interface SweeperOptions {
@@ -41,6 +40,13 @@ export interface SweeperOptions {
    * resolves to how many jobs it deleted. Runs in the elected sweeper after the other passes.
    */
   retention?: (now: number) => Promise<number>;
+  /**
+   * Announces the parents a pass queued again (left waiting by a crash) and what the store
+   * stopped with them: a fail-fast parent's siblings, whose children it cancels in turn. The
+   * runtime hands down workflow/fail-fast.ts's announceResumedParents; the sweeper sits below
+   * workflow/ and does not import it.
+   */
+  announceResumed: (resumed: readonly ResumedJob[], now: number) => Promise<unknown>;
   /** Runs at the end of every pass of the elected sweeper (webhook events). Its failure is logged, not fatal to the pass. */
   maintenance?: (now: number) => Promise<void>;
   /** Runs at the start of every pass in every process, elected or not (upload expiry: idempotent). */
@@ -158,7 +164,7 @@ export class Sweeper {
     const stranded = await store.resumeStrandedParents({ at: now, limit: this.batch });
     // A fail-fast parent's siblings stopped with it are announced too, and their children cancelled.
     try {
-      await announceResumedParents(store, this.options.bus, stranded, now);
+      await this.options.announceResumed(stranded, now);
     } catch (err) {
       this.options.logger.warn({ err }, 'could not cancel the children of siblings stopped by a fail-fast parent');
     }
