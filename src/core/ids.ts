@@ -1,7 +1,9 @@
 /**
  * UUIDv7 ids (RFC 9562): 48 bits of Unix milliseconds, then randomness. Ids made in one
  * process are strictly increasing even within a millisecond (a 12-bit counter in rand_a,
- * method 1 of the RFC), so they double as a stable sort key and list cursor.
+ * method 1 of the RFC), so they double as a stable sort key and list cursor. Kept over the
+ * `uuid` package: about 4 times as fast, and monotonic with an injected clock's time, which
+ * `uuid`'s v7 is not (bench/peers/uuidv7.ts, bench/RESULTS.md).
  */
 import { getRandomValues } from 'node:crypto';
 
