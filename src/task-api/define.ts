@@ -8,10 +8,10 @@ import { PRIORITIES, type Priority } from '../core/job.js';
 import type { ProgressUpdate } from '../core/progress.js';
 import type { InferInput, InputSchema } from './schema.js';
 import { compileJsonSchema, isStandardSchema } from './schema.js';
-import type { ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from '../workflow/run.js';
+import type { ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from './children.js';
 import { type IsolationOption, parseIsolation, type TaskIsolation } from './isolation.js';
 
-export type { ChildOutcome, ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from '../workflow/run.js';
+export type { ChildOutcome, ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from './children.js';
 export type { IsolationOption, TaskIsolation, ThreadIsolationOptions, ThreadResourceLimits } from './isolation.js';
 
 export interface TaskJobInfo {

@@ -22,7 +22,7 @@ import { type Active, cancelKindOf } from './attempt.js';
 import { childrenView, type WorkflowHost, WorkflowRun } from '../workflow/run.js';
 import type { NewJob, Store } from '../store/store.js';
 import type { JobRecord } from '../core/job.js';
-import type { ChildSpec } from '../workflow/run.js';
+import type { ChildSpec } from '../task-api/children.js';
 import { ProgressReporter } from './progress-reporter.js';
 import type { StoreWriteRetry } from '../core/store-errors.js';
 import { retryBudgetMs, withStoreRetry } from './store-retry.js';

@@ -19,29 +19,8 @@ import { type JobState, TERMINAL_STATES } from '../core/states.js';
 import { suspend } from '../core/transitions.js';
 import { emptyWorkflow, NEVER, readWorkflow, type WaitCondition, type WaitEntry, type WorkflowState } from '../core/workflow.js';
 import type { JobQueueStore, NewJob, Store, SuspendResult } from '../store/store.js';
+import type { ChildrenSummary, ChildrenView, ChildSpec, FailurePolicy } from '../task-api/children.js';
 import { announce } from '../transitions/apply.js';
-
-/** A child to spawn: a task type, its input and submit options (the tenant is the parent's). */
-export interface ChildSpec {
-  type: string;
-  input?: unknown;
-  priority?: NewJob['priority'];
-  metadata?: Record<string, unknown>;
-  maxAttempts?: number;
-  timeoutMs?: number;
-  delayMs?: number;
-}
-
-export type FailurePolicy = 'fail-fast' | 'collect';
-
-/** What ctx.spawn resolves to once the children are done: how many ended in each state. */
-export interface ChildrenSummary {
-  total: number;
-  byState: Record<JobState, number>;
-  succeeded: number;
-  failed: number;
-  cancelled: number;
-}
 
 /** Unwinds a handler whose job was suspended; the worker frees the slot and writes nothing more. */
 export class Suspended extends Error {
@@ -230,27 +209,6 @@ export class WorkflowRun {
       throw new LeaseLostError(this.job.id);
     }
   }
-}
-
-/** The children of a job, for a handler run after its spawn (`ctx.children`). */
-export interface ChildrenView {
-  /** Children spawned by the job before this run. */
-  readonly total: number;
-  /** The children counted by state now. */
-  counts(): Promise<ChildrenSummary>;
-  /** One page of children, in id order: their state, result and error. */
-  list(options?: { cursor?: string | null; limit?: number; states?: JobState[] }): Promise<{ items: ChildOutcome[]; nextCursor: string | null }>;
-  /** Every child, page by page. */
-  [Symbol.asyncIterator](): AsyncIterator<ChildOutcome>;
-}
-
-export interface ChildOutcome {
-  id: string;
-  type: string;
-  status: JobState;
-  input: unknown;
-  result: unknown;
-  error: JobRecord['error'];
 }
 
 export function childrenView(store: JobQueueStore & Pick<Store, 'countChildren'>, job: JobRecord): ChildrenView {

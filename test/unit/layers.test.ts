@@ -57,7 +57,6 @@ const confined = new Map(tableAfter('### Packages kept to one place').map((r) =>
 const NOT_YET_MENDED: string[] = [
   'store/store.ts → pg',
   'store/store.ts → ../postgres/listen-connection.js',
-  'task-api/define.ts → ../workflow/run.js',
 ];
 /** Dynamic imports of a computed name: both load the user's own task module, never a module of src/. */
 const COMPUTED_IMPORTS = new Set(['cli/runtime.ts', 'worker/isolation/thread-entry.ts']);
