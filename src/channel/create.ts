@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import type { ListenConnection } from '../postgres/listen-connection.js';
+import { postgresNotifyShare } from '../postgres/notify-share.js';
 import type { Channel, ChannelLogger } from './channel.js';
 import { PostgresNotifyChannel } from './postgres-notify.js';
 import { RedisChannel } from './redis.js';
@@ -18,6 +19,11 @@ export interface CreateChannelOptions {
   pool?: pg.Pool;
   /** PostgreSQL: LISTEN on this connection (the store's) instead of opening one. */
   listen?: ListenConnection;
+  /**
+   * The store's notify capability (store.ts StoreNotify, structurally): PostgreSQL's shares its
+   * pool and LISTEN connection, used unless `pool` or `listen` is given.
+   */
+  storeNotify?: { kind: string; shared: unknown } | null;
   /** PostgreSQL: the NOTIFY channel name (default `longhaul_events`). */
   notifyChannel?: string;
   /** Redis: key and channel prefix (default `longhaul:`). */
@@ -45,10 +51,13 @@ export function createChannel(options: CreateChannelOptions): Channel | null {
     });
   }
   if (POSTGRES_URL.test(options.databaseUrl)) {
+    const share = postgresNotifyShare(options.storeNotify);
+    const pool = options.pool ?? share?.pool;
+    const listen = options.listen ?? share?.listen;
     return new PostgresNotifyChannel({
       connectionString: options.databaseUrl,
-      ...(options.pool === undefined ? {} : { pool: options.pool }),
-      ...(options.listen === undefined ? {} : { listen: options.listen }),
+      ...(pool === undefined ? {} : { pool }),
+      ...(listen === undefined ? {} : { listen }),
       ...(options.notifyChannel === undefined ? {} : { channel: options.notifyChannel }),
       ...(options.connectionName === undefined ? {} : { applicationName: options.connectionName }),
       ...(options.logger === undefined ? {} : { logger: options.logger }),

@@ -64,7 +64,7 @@ export function defaultChannel(store: Store, config: Pick<LonghaulConfig, 'datab
     databaseUrl: notify ? notify.connectionString : config.database,
     redisUrl: config.redisUrl ?? '',
     redisPrefix: config.redisPrefix,
-    ...(notify ? { pool: notify.pool, listen: notify.listen, notifyChannel: notify.channel } : {}),
+    ...(notify ? { storeNotify: notify, notifyChannel: notify.channel } : {}),
     logger: logger.child({ component: 'channel' }),
   });
 }

@@ -19,8 +19,6 @@ import type { RetentionStore } from './retention-store.js';
 import type { ScheduleStore } from './schedule-store.js';
 import type { WebhookOutboxStore } from './webhook-outbox-store.js';
 import type { WorkflowStore } from './workflow-store.js';
-import type { Pool } from 'pg';
-import type { ListenConnection } from '../postgres/listen-connection.js';
 
 /** A job as submitted: everything the store writes on insert. */
 export interface NewJob {
@@ -313,18 +311,26 @@ export interface StoreCapabilities {
    */
   claimDepth: number;
   /**
-   * The store's database can relay events between processes (PostgreSQL NOTIFY): its URL, the
-   * pool to publish through, the process's one LISTEN connection, and the NOTIFY channel name. Null
-   * when it cannot (SQLite: one machine, other processes poll).
+   * The store's database can relay events between processes (PostgreSQL NOTIFY). Null when it
+   * cannot (SQLite: one machine, other processes poll).
    */
   notify: StoreNotify | null;
 }
 
+/**
+ * A store's own event relay, in terms no driver owns: the relay of its `kind` reads it
+ * (channel/create.ts). What the store shares with that relay (PostgreSQL: its pool and LISTEN
+ * connection, postgres/notify-share.ts) is opaque here, so the contract names no driver type.
+ */
 export interface StoreNotify {
+  /** Which relay can use it: 'postgres' (LISTEN/NOTIFY, channel/postgres-notify.ts). */
+  kind: string;
+  /** The database URL the relay's own connections use. */
   connectionString: string;
-  pool: Pool;
-  listen: ListenConnection;
+  /** The relay's channel name (PostgreSQL: the NOTIFY channel). */
   channel: string;
+  /** What the store shares with the relay of its kind; only that relay narrows and reads it. */
+  shared: unknown;
 }
 
 /**

@@ -60,6 +60,7 @@ import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema
 import { pendingClaim } from './log-sql.js';
 import { SessionLock } from './session-lock.js';
 import { LISTEN_NAME_SUFFIX, ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
+import { POSTGRES_NOTIFY, type PostgresNotifyShare } from '../../postgres/notify-share.js';
 import { WakeListener } from './wake-listener.js';
 import { claimTypes, capArrays } from './claim-args.js';
 import { encodeJobCursor } from '../job-cursor.js';
@@ -159,7 +160,12 @@ export class PostgresStore implements Store {
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
-      notify: { connectionString: options.connectionString, pool: this.pool, listen: this.listenConnection, channel: `${this.schema}_events` },
+      notify: {
+        kind: POSTGRES_NOTIFY,
+        connectionString: options.connectionString,
+        channel: `${this.schema}_events`,
+        shared: { pool: this.pool, listen: this.listenConnection } satisfies PostgresNotifyShare,
+      },
     };
   }
 
