@@ -1,9 +1,9 @@
 /**
  * The figures /v1/stats and /metrics report without counting the jobs table: what the stores
  * keep as jobs change (counts by tenant, type and state; submissions and ends per second;
- * run times per minute in log-scaled buckets), and how those are read back. Pure: the stores
- * write the same buckets in SQL (`durationBucketSql`), which test/unit/stats-window.test.ts
- * checks against `durationBucket`.
+ * run times per minute in log-scaled buckets), and how those are read back. Pure, and no SQL:
+ * each store writes the same buckets in its own SQL (`durationBucketSql` in its
+ * stats-schema.ts), which test/unit/stats-window.test.ts checks against `durationBucket`.
  */
 
 /** Buckets per doubling of the run time: consecutive bounds differ by 2^(1/8), about 9 %. */
@@ -21,13 +21,6 @@ export const DURATION_WINDOW_MS = 15 * 60_000;
 /** The bucket of a run time in ms: floor(8 * log2(ms + 1)); negative times count as 0. */
 export function durationBucket(ms: number): number {
   return Math.trunc(BUCKETS_PER_OCTAVE * Math.log2(Math.max(0, ms) + 1));
-}
-
-/** The same in SQL over an expression of ms (SQLite 3.35+ with math functions, and PostgreSQL). */
-export function durationBucketSql(ms: string, dialect: 'sqlite' | 'postgres'): string {
-  return dialect === 'sqlite'
-    ? `CAST(${BUCKETS_PER_OCTAVE} * log2(max(${ms}, 0) + 1) AS INTEGER)`
-    : `floor(${BUCKETS_PER_OCTAVE} * log(2, greatest(${ms}, 0)::numeric + 1))::integer`;
 }
 
 /** The ms a bucket stands for: the geometric middle of its bounds (within about 4.5 % or 1 ms of every time in it). */

@@ -1,10 +1,12 @@
-/** core/stats-window.ts: run-time buckets (the same in TypeScript and in both stores' SQL) and percentiles from them. */
+/** core/stats-window.ts: run-time buckets (the same in TypeScript and in both stores' SQL, each store's stats-schema.ts) and percentiles from them. */
 import assert from 'node:assert/strict';
 import { DatabaseSync } from 'node:sqlite';
 import { describe, it } from 'node:test';
 import pg from 'pg';
 import { createTestDatabase } from '../support/postgres.js';
-import { bucketValue, durationBucket, durationBucketSql, durationPercentiles } from '../../src/core/stats-window.js';
+import { bucketValue, durationBucket, durationPercentiles } from '../../src/core/stats-window.js';
+import { durationBucketSql as postgresBucketSql } from '../../src/store/postgres/stats-schema.js';
+import { durationBucketSql as sqliteBucketSql } from '../../src/store/sqlite/stats-schema.js';
 
 const SAMPLES = [0, 1, 2, 3, 7, 8, 15, 16, 100, 250, 999, 1000, 1023, 4095, 65_535, 3_600_000, 86_400_000, -5];
 
@@ -19,7 +21,7 @@ describe('stats window', () => {
   it('SQLite computes the same buckets as TypeScript', () => {
     const db = new DatabaseSync(':memory:');
     for (const ms of SAMPLES) {
-      const row = db.prepare(`SELECT ${durationBucketSql('?', 'sqlite')} AS b`).get(ms) as { b: number };
+      const row = db.prepare(`SELECT ${sqliteBucketSql('?')} AS b`).get(ms) as { b: number };
       assert.equal(row.b, durationBucket(ms), `${ms} ms`);
     }
   });
@@ -30,7 +32,7 @@ describe('stats window', () => {
     await c.connect();
     try {
       for (const ms of SAMPLES) {
-        const res = await c.query(`SELECT ${durationBucketSql('$1::bigint', 'postgres')} AS b`, [ms]);
+        const res = await c.query(`SELECT ${postgresBucketSql('$1::bigint')} AS b`, [ms]);
         assert.equal(res.rows[0].b, durationBucket(ms), `${ms} ms`);
       }
     } finally {

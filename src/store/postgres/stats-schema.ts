@@ -15,12 +15,21 @@
  * changes not yet folded in one statement (one snapshot), so it is exact at any moment; its cost
  * is the number of counter rows plus the changes since the last pass, not the number of jobs.
  */
-import { durationBucketSql } from '../../core/stats-window.js';
+import { BUCKETS_PER_OCTAVE } from '../../core/stats-window.js';
 import { ZOMBIE_REASONS } from '../../core/transitions.js';
 import { SKIP_SELF_COUNTED } from './self-count-sql.js';
 
 const ENDED_WITH_TIME = (r: string) => `${r}.started_at IS NOT NULL AND ${r}.state IN ('succeeded', 'failed', 'expired')`;
-const bucket = (r: string) => durationBucketSql(`${r}.finished_at - ${r}.started_at`, 'postgres');
+
+/**
+ * core/stats-window.ts's durationBucket in PostgreSQL, over an expression of ms (negative
+ * times count as 0); test/unit/stats-window.test.ts checks that both give the same buckets.
+ */
+export function durationBucketSql(ms: string): string {
+  return `floor(${BUCKETS_PER_OCTAVE} * log(2, greatest(${ms}, 0)::numeric + 1))::integer`;
+}
+
+const bucket = (r: string) => durationBucketSql(`${r}.finished_at - ${r}.started_at`);
 /** The start of the window the backfill fills (16 minutes back from the migration). */
 const WINDOW_START = '((extract(epoch FROM clock_timestamp()) * 1000)::bigint - 960000)';
 

@@ -12,10 +12,19 @@
  * duration rows older than the stats window are deleted by `compactStats` (the sweeper). Rates and
  * run times are keyed by tenant first: /v1/stats reads one tenant's window.
  */
-import { durationBucketSql } from '../../core/stats-window.js';
+import { BUCKETS_PER_OCTAVE } from '../../core/stats-window.js';
 import { ZOMBIE_REASONS } from '../../core/transitions.js';
 
-const BUCKET = durationBucketSql('NEW.finished_at - NEW.started_at', 'sqlite');
+/**
+ * core/stats-window.ts's durationBucket in SQLite (3.35+, with its math functions), over an
+ * expression of ms (negative times count as 0); test/unit/stats-window.test.ts checks that
+ * both give the same buckets.
+ */
+export function durationBucketSql(ms: string): string {
+  return `CAST(${BUCKETS_PER_OCTAVE} * log2(max(${ms}, 0) + 1) AS INTEGER)`;
+}
+
+const BUCKET = durationBucketSql('NEW.finished_at - NEW.started_at');
 const ENDED_WITH_TIME = "NEW.started_at IS NOT NULL AND NEW.state IN ('succeeded', 'failed', 'expired')";
 /** The start of the window the backfill fills (16 minutes back from the migration). */
 const WINDOW_START = "(CAST(unixepoch('subsec') * 1000 AS INTEGER) - 960000)";
@@ -82,7 +91,7 @@ export const STATS_MIGRATION = `
       SELECT finished_at / 1000, tenant, type, 0, 1 FROM jobs WHERE finished_at >= ${WINDOW_START}
     ) GROUP BY second, tenant, type;
   INSERT INTO job_durations (minute, tenant, type, bucket, n)
-    SELECT finished_at / 60000, tenant, type, ${durationBucketSql('finished_at - started_at', 'sqlite')}, count(*) FROM jobs
+    SELECT finished_at / 60000, tenant, type, ${durationBucketSql('finished_at - started_at')}, count(*) FROM jobs
     WHERE finished_at >= ${WINDOW_START} AND started_at IS NOT NULL AND state IN ('succeeded', 'failed', 'expired')
     GROUP BY 1, 2, 3, 4;
 `;
