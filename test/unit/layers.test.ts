@@ -50,12 +50,6 @@ for (const r of rows) {
 }
 /** Package → the places (folders or files under src/) that alone may import it. */
 const confined = new Map(tableAfter('### Packages kept to one place').map((r) => [r.key, r.cells[0] ?? []]));
-/**
- * Breaks of the rule not yet mended (issue 35), each as `file → specifier`. The test fails on
- * any other, and on an entry here that no longer occurs: the list only shrinks.
- */
-const NOT_YET_MENDED: string[] = [
-];
 /** Dynamic imports of a computed name: both load the user's own task module, never a module of src/. */
 const COMPUTED_IMPORTS = new Set(['cli/runtime.ts', 'worker/isolation/thread-entry.ts']);
 
@@ -168,11 +162,7 @@ describe('the layer rule (docs/architecture.md)', () => {
   });
 
   it('every import in src/ is one the matrix allows', () => {
-    const found = violations();
-    const known = (v: string): boolean => NOT_YET_MENDED.some((k) => { const [file, spec] = k.split(' → '); return v.startsWith(`${file}:`) && v.includes(` ${spec}: `); });
-    assert.deepEqual(found.filter((v) => !known(v)), []);
-    const stale = NOT_YET_MENDED.filter((k) => !found.some((v) => { const [file, spec] = k.split(' → '); return v.startsWith(`${file}:`) && v.includes(` ${spec}: `); }));
-    assert.deepEqual(stale, [], 'mended: take these off NOT_YET_MENDED');
+    assert.deepEqual(violations(), []);
   });
 });
 
