@@ -31,7 +31,12 @@ const LIB = strFlag('lib');
 
 type Lib = typeof import('../src/index.js');
 const lib: Lib = LIB === undefined ? await import('../src/index.js') : ((await import(pathToFileURL(resolve(LIB, 'index.js')).href)) as Lib);
-const { defineTask, FatalError, Longhaul, PostgresStore, SqliteStore } = lib;
+const { defineTask, FatalError, Longhaul } = lib;
+// The store classes: `longhaul/stores` (src/stores.ts) since issue 35; a build of an older commit
+// (`--lib`) has no stores.js and exports them from its root entry.
+type Stores = typeof import('../src/stores.js');
+const { PostgresStore, SqliteStore }: Stores =
+  LIB === undefined ? await import('../src/stores.js') : await import(pathToFileURL(resolve(LIB, 'stores.js')).href).catch(() => lib as unknown as Stores);
 const logger = pino({ level: 'silent' });
 // tsx turns source maps on, and with them every stack a failure formats is mapped frame by frame
 // (dist/ ships .map files): several times the cost of the stack itself. Production runs

@@ -46,7 +46,12 @@ const LIB = strFlag('lib');
 // __name() call (Object.defineProperty): that costs a few % here, so profiles should use --lib.
 type Lib = typeof import('../src/index.js');
 const lib: Lib = LIB === undefined ? await import('../src/index.js') : ((await import(pathToFileURL(resolve(LIB, 'index.js')).href)) as Lib);
-const { defineTask, Longhaul, SqliteStore } = lib;
+const { defineTask, Longhaul } = lib;
+// The store classes: `longhaul/stores` (src/stores.ts) since issue 35; a build of an older commit
+// (`--lib`) has no stores.js and exports them from its root entry.
+type Stores = typeof import('../src/stores.js');
+const { SqliteStore }: Stores =
+  LIB === undefined ? await import('../src/stores.js') : await import(pathToFileURL(resolve(LIB, 'stores.js')).href).catch(() => lib as unknown as Stores);
 
 const logger = pino({ level: 'silent' });
 const noop = defineTask({ type: 'bench.noop', run: () => null });

@@ -33,7 +33,7 @@ export {
 export { uuidv7 } from './core/ids.js';
 export { quotaFor, type TenantQuota, type TenantQuotas } from './core/quotas.js';
 export { jobLogFields, LOG_REDACT, redactUrl } from './core/log-fields.js';
-export { LonghaulMetrics } from './metrics/metrics.js';
+export type { LonghaulMetrics } from './metrics/metrics.js';
 export type { ChildrenCounts, JobSnapshot, Priority, ResultFileLink } from './core/job.js';
 export type { JobWait } from './core/workflow.js';
 export type { Progress, ProgressUpdate } from './core/progress.js';
@@ -41,8 +41,10 @@ export { canTransition, isTerminal, JOB_STATES, type JobState, TERMINAL_STATES }
 export { Longhaul, type OpenOptions, type StartWorkerOptions, type SubmitOptions, type WebhookDelivery, type WorkerHandle, type WorkerHealth } from './longhaul.js';
 export type { DeadLetterJobPage, DeadLetterPageOptions, DeadLetterSelection } from './longhaul.js';
 export type { AttemptPage, DeadLetterGroupView, DeadLetterOutcome, JobAttempt, TaskTypeView } from './core/api-types.js';
-export { PostgresStore } from './store/postgres/postgres-store.js';
-export { SqliteStore } from './store/sqlite/sqlite-store.js';
+// The store classes are at `longhaul/stores` (src/stores.ts): exported here, they would load
+// `pg` for every user. Their types stay here.
+export type { PostgresStore } from './store/postgres/postgres-store.js';
+export type { SqliteStore } from './store/sqlite/sqlite-store.js';
 export type { MigrationResult, SqlTransaction, Store } from './store/store.js';
 export {
   type ChildOutcome,

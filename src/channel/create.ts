@@ -1,14 +1,12 @@
 /**
  * Picks the channel for a deployment: Redis when a Redis URL is configured
  * (`LONGHAUL_REDIS_URL`), else LISTEN/NOTIFY when the database is PostgreSQL, else none (one
- * machine on SQLite: the in-process bus plus store polling are enough).
+ * machine on SQLite: the in-process bus plus store polling are enough). The chosen channel's
+ * module, and its driver (`ioredis`, `pg`), is loaded here, only when it is the one chosen.
  */
 import type pg from 'pg';
 import type { ListenConnection } from '../postgres/listen-connection.js';
-import { postgresNotifyShare } from '../postgres/notify-share.js';
 import type { Channel, ChannelLogger } from './channel.js';
-import { PostgresNotifyChannel } from './postgres-notify.js';
-import { RedisChannel } from './redis.js';
 
 export interface CreateChannelOptions {
   /** The database URL or SQLite path the process uses. */
@@ -38,10 +36,11 @@ export interface CreateChannelOptions {
 
 const POSTGRES_URL = /^postgres(ql)?:\/\//;
 
-export function createChannel(options: CreateChannelOptions): Channel | null {
+export async function createChannel(options: CreateChannelOptions): Promise<Channel | null> {
   const redisUrl = options.redisUrl ?? (options.env ?? process.env).LONGHAUL_REDIS_URL;
   if (redisUrl !== undefined && redisUrl.trim() !== '') {
     if (!/^rediss?:\/\//.test(redisUrl)) throw new Error(`LONGHAUL_REDIS_URL must be a redis:// or rediss:// URL (got "${redisUrl}")`);
+    const { RedisChannel } = await import('./redis.js');
     return new RedisChannel({
       url: redisUrl,
       ...(options.redisPrefix === undefined ? {} : { prefix: options.redisPrefix }),
@@ -51,6 +50,7 @@ export function createChannel(options: CreateChannelOptions): Channel | null {
     });
   }
   if (POSTGRES_URL.test(options.databaseUrl)) {
+    const [{ postgresNotifyShare }, { PostgresNotifyChannel }] = await Promise.all([import('../postgres/notify-share.js'), import('./postgres-notify.js')]);
     const share = postgresNotifyShare(options.storeNotify);
     const pool = options.pool ?? share?.pool;
     const listen = options.listen ?? share?.listen;

@@ -14,8 +14,6 @@ import type { Channel } from '../channel/channel.js';
 import { createChannel } from '../channel/create.js';
 import type { LonghaulConfig } from '../config.js';
 import { lazyResults, lazyUploads } from '../blobs/job-files.js';
-import { PostgresStore } from '../store/postgres/postgres-store.js';
-import { SqliteStore } from '../store/sqlite/sqlite-store.js';
 import type { Store } from '../store/store.js';
 import { Sweeper } from '../sweeper/sweeper.js';
 import type { Task } from '../task-api/define.js';
@@ -47,18 +45,24 @@ export interface WorkerHandle {
   health(): WorkerHealth;
 }
 
-/** The store a database URL names: PostgreSQL for `postgres://` URLs, else a SQLite path. */
-export function storeFor(config: Pick<LonghaulConfig, 'database' | 'pgPoolSize'>, logger: Logger): Store {
-  return /^postgres(ql)?:\/\//.test(config.database)
-    ? new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger })
-    : new SqliteStore({ path: config.database });
+/**
+ * The store a database URL names: PostgreSQL for `postgres://` URLs, else a SQLite path. Each
+ * store's module (and `pg`) is loaded here, when it is the one configured.
+ */
+export async function storeFor(config: Pick<LonghaulConfig, 'database' | 'pgPoolSize'>, logger: Logger): Promise<Store> {
+  if (/^postgres(ql)?:\/\//.test(config.database)) {
+    const { PostgresStore } = await import('../store/postgres/postgres-store.js');
+    return new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger });
+  }
+  const { SqliteStore } = await import('../store/sqlite/sqlite-store.js');
+  return new SqliteStore({ path: config.database });
 }
 
 /**
  * The default channel: Redis when configured, else the store's own NOTIFY where it has one
  * (sharing its pool and LISTEN connection, so a process holds one of each), else none.
  */
-export function defaultChannel(store: Store, config: Pick<LonghaulConfig, 'database' | 'redisUrl' | 'redisPrefix'>, logger: Logger): Channel | null {
+export function defaultChannel(store: Store, config: Pick<LonghaulConfig, 'database' | 'redisUrl' | 'redisPrefix'>, logger: Logger): Promise<Channel | null> {
   const notify = store.capabilities.notify;
   return createChannel({
     databaseUrl: notify ? notify.connectionString : config.database,

@@ -829,14 +829,14 @@ describe('Redis channel', { skip: redisUp ? false : `Redis was not reachable at 
 
 describe('createChannel', () => {
   it('picks Redis when a Redis URL is set, NOTIFY for PostgreSQL, nothing for SQLite', async () => {
-    assert.equal(createChannel({ databaseUrl: './longhaul.db', env: {} }), null);
-    const pgChannel = createChannel({ databaseUrl: 'postgres://postgres@127.0.0.1:5432/test', env: {} });
+    assert.equal(await createChannel({ databaseUrl: './longhaul.db', env: {} }), null);
+    const pgChannel = await createChannel({ databaseUrl: 'postgres://postgres@127.0.0.1:5432/test', env: {} });
     assert.ok(pgChannel instanceof PostgresNotifyChannel);
     await pgChannel.close();
-    const redisChannel = createChannel({ databaseUrl: 'postgres://postgres@127.0.0.1:5432/test', env: { LONGHAUL_REDIS_URL: REDIS_URL } });
+    const redisChannel = await createChannel({ databaseUrl: 'postgres://postgres@127.0.0.1:5432/test', env: { LONGHAUL_REDIS_URL: REDIS_URL } });
     assert.ok(redisChannel instanceof RedisChannel);
     await redisChannel.close();
-    assert.equal(createChannel({ databaseUrl: './x.db', env: { LONGHAUL_REDIS_URL: '' } }), null);
-    assert.throws(() => createChannel({ databaseUrl: './x.db', env: { LONGHAUL_REDIS_URL: 'localhost:6379' } }), /LONGHAUL_REDIS_URL must be a redis:\/\//);
+    assert.equal(await createChannel({ databaseUrl: './x.db', env: { LONGHAUL_REDIS_URL: '' } }), null);
+    await assert.rejects(() => createChannel({ databaseUrl: './x.db', env: { LONGHAUL_REDIS_URL: 'localhost:6379' } }), /LONGHAUL_REDIS_URL must be a redis:\/\//);
   });
 });
