@@ -19,6 +19,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
+import { uuidv7 } from '../src/core/ids.js';
 import { createDatabase } from './lib/pg-database.js';
 import { boolFlag, listFlag, median, numFlag, strFlag, until } from './lib/util.js';
 
@@ -109,7 +110,7 @@ async function seed(store: Store): Promise<void> {
     const jobs = Array.from({ length: chunk }, (_, k) => {
       const n = i + k;
       return {
-        id: lib.uuidv7(),
+        id: uuidv7(),
         tenant: n % 2 === 0 ? 'acme' : 'other',
         type: `bench.${types[n % 5]}`,
         state: 'queued' as const,
