@@ -270,7 +270,7 @@ describe('S3 adapter against s3rver', () => {
   });
 });
 
-test('S3 adapter: 200 MB written and read back with this process growing by less than 64 MB (s3rver in a child process)', async () => {
+test('S3 adapter: 200 MB written and read back with this process growing by less than 100 MB (s3rver in a child process)', async () => {
   const dir = join(tmpRoot, 's3rver-child');
   const script = `
     const S3rver = require(${JSON.stringify(createRequire(import.meta.url).resolve('@20minutes/s3rver'))});
@@ -302,7 +302,10 @@ test('S3 adapter: 200 MB written and read back with this process growing by less
     assert.equal(read, size);
     const growth = Math.max(peak, process.memoryUsage().rss) - start;
     console.log(`# S3 adapter 200 MB put + get: RSS growth ${(growth / 1024 / 1024).toFixed(1)} MB`);
-    assert.ok(growth < 64 * 1024 * 1024, `RSS grew by ${(growth / 1024 / 1024).toFixed(1)} MB`);
+    // Streaming keeps the growth at the garbage of a few parts (12 to 43 MB seen, once 72.5 MB on
+    // Node 26 in a full run: RSS counts buffers not yet collected). Buffering the object would
+    // take the whole 200 MB at least: the bound sits well between.
+    assert.ok(growth < 100 * 1024 * 1024, `RSS grew by ${(growth / 1024 / 1024).toFixed(1)} MB`);
   } finally {
     child.stdin.end();
     await new Promise((resolve) => (child.exitCode === null ? child.once('exit', resolve) : resolve(null)));
