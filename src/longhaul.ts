@@ -8,7 +8,7 @@ import pino, { type Logger } from 'pino';
 import type { JobFiles, JobFilesOptions } from './blobs/job-files.js';
 import type { StoredResultFile } from './blobs/results.js';
 import { JobBus } from './channel/bus.js';
-import type { LonghaulMetrics } from './metrics/metrics.js';
+import { LonghaulMetrics } from './metrics/metrics.js';
 import { inSubmitSpan, tracingEnabled } from './telemetry/trace.js';
 import { jobLogFields, LOG_REDACT } from './core/log-fields.js';
 import type { Channel } from './channel/channel.js';
@@ -112,7 +112,6 @@ export class Longhaul {
     ownsChannel: boolean,
     private readonly migrated: MigrationResult,
     clock: (() => number) | undefined,
-    Metrics: typeof LonghaulMetrics,
   ) {
     for (const t of tasks) this.addTask(t);
     const { bus, taskMap } = this;
@@ -148,7 +147,7 @@ export class Longhaul {
     });
     this.readCtx = { store, logger, bus, relayed: channel !== null, files: () => this.files(), isClosed: () => this.runtime.closed };
     this.controlCtx = { store, bus };
-    this.metrics = new Metrics({ bus, store });
+    this.metrics = new LonghaulMetrics({ bus, store });
     bus.on('job:submitted', ({ job }) => {
       if (logger.isLevelEnabled('debug')) logger.debug(jobLogFields(job), 'job submitted');
     });
@@ -160,8 +159,6 @@ export class Longhaul {
     const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
     if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
     const webhookConfig = resolveWebhookConfig(options.webhooks);
-    // prom-client, like the drivers, is loaded when an instance opens, not when longhaul is imported.
-    const { LonghaulMetrics } = await import('./metrics/metrics.js');
     const store = options.store ?? (await storeFor(config, logger));
     let migration: MigrationResult;
     try {
@@ -182,7 +179,7 @@ export class Longhaul {
       }
     }
     const ownsChannel = options.channel === undefined && channel !== null;
-    const lh = new Longhaul(store, config, tasks, logger, options.store === undefined, options.files ?? {}, webhookConfig, channel, ownsChannel, migration, options.clock, LonghaulMetrics);
+    const lh = new Longhaul(store, config, tasks, logger, options.store === undefined, options.files ?? {}, webhookConfig, channel, ownsChannel, migration, options.clock);
     if (channel) await channelReady(channel, logger);
     const declared = [...(options.tasks && !Array.isArray(options.tasks) ? collectSchedules(options.tasks as Record<string, unknown>) : []), ...(options.schedules ?? [])];
     if (declared.length > 0) {

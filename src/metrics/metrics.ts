@@ -13,16 +13,20 @@
  *   (store.sweepHealth: a partial index of the stalled jobs), unlike the sweeper's counters,
  *   which only the elected sweeper's process increments.
  * - Node's default metrics (event-loop lag, heap, CPU, handles) come from prom-client.
+ * - The series count in plain maps from the start (keyed-series.ts, keyed-histogram.ts);
+ *   prom-client, which renders them and gives Node's metrics, is loaded at the first scrape:
+ *   an instance nobody scrapes never loads it.
  *
  * Labels are `task_type`, `state`, `outcome`, `method`, `route`, `status`: never a job id or a
  * tenant (unbounded series).
  */
-import { Counter, collectDefaultMetrics, Gauge, Histogram, type Metric, Registry } from 'prom-client';
+import type { Metric, Registry } from 'prom-client';
 import { isRelayed } from '../channel/bridge.js';
 import type { JobBus } from '../channel/bus.js';
 import type { JobState } from '../core/states.js';
 import type { JobQueueStore } from '../store/store.js';
 import { KeyedHistogram } from './keyed-histogram.js';
+import { KeyedSeries } from './keyed-series.js';
 
 /** Run times and waits: 5 ms to 6 hours. */
 const SECONDS_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 21600];
@@ -30,6 +34,8 @@ const HTTP_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 1
 /** Default metrics whose names end in `_total` but are gauges. */
 const NOT_COUNTERS = /^nodejs_active_(handles|requests|resources)_total$/;
 const ENDED: ReadonlySet<JobState> = new Set(['succeeded', 'failed', 'cancelled']);
+/** prom-client's Registry.PROMETHEUS_CONTENT_TYPE, the text format the registry renders. */
+const CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 export interface MetricsOptions {
   bus: JobBus;
@@ -39,32 +45,29 @@ export interface MetricsOptions {
 }
 
 export class LonghaulMetrics {
-  readonly registry = new Registry();
+  /**
+   * Every series, in the order of the exposition. They count in plain maps from the start
+   * (keyed-series.ts, keyed-histogram.ts); prom-client, which renders them, is loaded at the
+   * first scrape, so that an instance nobody scrapes never loads it.
+   */
+  private readonly all: Array<KeyedSeries<string> | KeyedHistogram<string>>;
   private readonly unsubscribe: Array<() => void> = [];
-  private readonly http: Counter<'method' | 'route' | 'status'>;
-  private readonly httpSeconds: Histogram<'method' | 'route' | 'status'>;
-  /** Node's metrics are registered at the first scrape: an instance nobody scrapes pays nothing for them. */
-  private defaultMetrics: boolean;
+  private readonly http: KeyedSeries<'method' | 'route' | 'status'>;
+  private readonly httpSeconds: KeyedHistogram<'method' | 'route' | 'status'>;
+  private readonly defaultMetrics: boolean;
+  private registryLoad: Promise<Registry> | undefined;
+  private loaded: Registry | undefined;
+  private closed = false;
 
   constructor(options: MetricsOptions) {
-    const registers = [this.registry];
+    const registers: Registry[] = [];
     const { bus, store } = options;
-    const submitted = new Counter({ name: 'longhaul_jobs_submitted_total', help: 'Jobs accepted by this process.', labelNames: ['task_type'], registers });
-    // Counted per (type, state) in a plain map on the worker's hot path, and added to the counter
-    // when it is read (collect runs at every scrape): prom-client's inc validates and hashes its
-    // labels object at every call.
-    const finishedSince = new Map<string, { labels: { task_type: string; state: string }; n: number }>();
-    new Counter({
+    const submitted = new KeyedSeries({ name: 'longhaul_jobs_submitted_total', help: 'Jobs accepted by this process.', type: 'counter', labelNames: ['task_type'] });
+    const finished = new KeyedSeries({
       name: 'longhaul_jobs_finished_total',
       help: 'Jobs this process moved to an end state (succeeded, failed, cancelled).',
+      type: 'counter',
       labelNames: ['task_type', 'state'],
-      registers,
-      collect() {
-        for (const c of finishedSince.values()) {
-          if (c.n > 0) this.inc(c.labels, c.n);
-          c.n = 0;
-        }
-      },
     });
     const duration = new KeyedHistogram({
       name: 'longhaul_job_duration_seconds',
@@ -80,66 +83,83 @@ export class LonghaulMetrics {
       buckets: SECONDS_BUCKETS,
       registers,
     });
-    const reaped = new Counter({ name: 'longhaul_zombies_reaped_total', help: 'Running jobs whose worker stopped heartbeating, handed on by this sweeper.', registers });
-    const timedOut = new Counter({ name: 'longhaul_jobs_timed_out_total', help: 'Running jobs past their timeout, cancelled by this sweeper.', registers });
-    const forced = new Counter({ name: 'longhaul_cancels_forced_total', help: 'Cancel requests not honoured within the drain, forced by this sweeper.', registers });
-    const stalled = new Counter({ name: 'longhaul_jobs_stalled_total', help: 'Running jobs flagged stalled (no progress for their stall timeout) by this sweeper.', registers });
-    const expired = new Counter({ name: 'longhaul_results_expired_total', help: 'Succeeded jobs whose result expired, by this sweeper.', registers });
-    const deleted = new Counter({ name: 'longhaul_jobs_deleted_total', help: 'Ended jobs deleted by retention in this sweeper.', registers });
-    const webhooks = new Counter({
+    const reaped = new KeyedSeries({ name: 'longhaul_zombies_reaped_total', help: 'Running jobs whose worker stopped heartbeating, handed on by this sweeper.', type: 'counter' });
+    const timedOut = new KeyedSeries({ name: 'longhaul_jobs_timed_out_total', help: 'Running jobs past their timeout, cancelled by this sweeper.', type: 'counter' });
+    const forced = new KeyedSeries({ name: 'longhaul_cancels_forced_total', help: 'Cancel requests not honoured within the drain, forced by this sweeper.', type: 'counter' });
+    const stalled = new KeyedSeries({ name: 'longhaul_jobs_stalled_total', help: 'Running jobs flagged stalled (no progress for their stall timeout) by this sweeper.', type: 'counter' });
+    const expired = new KeyedSeries({ name: 'longhaul_results_expired_total', help: 'Succeeded jobs whose result expired, by this sweeper.', type: 'counter' });
+    const deleted = new KeyedSeries({ name: 'longhaul_jobs_deleted_total', help: 'Ended jobs deleted by retention in this sweeper.', type: 'counter' });
+    const webhooks = new KeyedSeries({
       name: 'longhaul_webhook_deliveries_total',
       help: 'Webhook delivery attempts of this process by outcome (delivered, failed, gone, refused).',
+      type: 'counter',
       labelNames: ['outcome'],
-      registers,
     });
-    const abandoned = new Counter({
+    const abandoned = new KeyedSeries({
       name: 'longhaul_abandoned_handlers_total',
       help: "Handlers of this process's worker that ignored their signal past the drain period after their job ended, abandoned with their slot freed.",
+      type: 'counter',
       labelNames: ['task_type'],
-      registers,
     });
-    const abandonedPending = new Gauge({
+    const abandonedPending = new KeyedSeries({
       name: 'longhaul_abandoned_handlers_pending',
       help: 'Abandoned handlers of this process that have not returned yet (past LONGHAUL_MAX_ABANDONED_HANDLERS the worker reports itself unhealthy).',
-      registers,
+      type: 'gauge',
     });
-    this.http = new Counter({ name: 'longhaul_http_requests_total', help: 'HTTP requests answered, by route and status.', labelNames: ['method', 'route', 'status'], registers });
-    this.httpSeconds = new Histogram({
+    this.http = new KeyedSeries({ name: 'longhaul_http_requests_total', help: 'HTTP requests answered, by route and status.', type: 'counter', labelNames: ['method', 'route', 'status'] });
+    this.httpSeconds = new KeyedHistogram({
       name: 'longhaul_http_request_duration_seconds',
       help: 'Time to answer HTTP requests, by route and status.',
       labelNames: ['method', 'route', 'status'],
       buckets: HTTP_BUCKETS,
       registers,
     });
-    new Gauge({
+    const jobs = new KeyedSeries({
       name: 'longhaul_jobs',
       help: 'Jobs in the database by state and task type, all tenants (from the counters the store keeps; the same on every instance).',
+      type: 'gauge',
       labelNames: ['state', 'task_type'],
-      registers,
-      async collect() {
-        this.reset();
-        for (const r of await store.countByTypeAndState({})) this.set({ state: r.state, task_type: r.type }, r.count);
+      async collect(series) {
+        const rows = await store.countByTypeAndState({});
+        series.reset();
+        for (const r of rows) series.set([r.state, r.type], r.count);
       },
     });
-    new Gauge({
+    const stalledNow = new KeyedSeries({
       name: 'longhaul_stalled_jobs',
       help: 'Running jobs flagged stalled now (no progress for their stall timeout), all tenants, read from the store: the same on every instance, whichever one sweeps.',
-      registers,
-      async collect() {
-        this.set((await store.sweepHealth({ reapedSince: Date.now() })).stalled);
+      type: 'gauge',
+      async collect(series) {
+        series.set([], (await store.sweepHealth({ reapedSince: Date.now() })).stalled);
       },
     });
+    this.all = [
+      submitted,
+      finished,
+      duration,
+      queueWait,
+      reaped,
+      timedOut,
+      forced,
+      stalled,
+      expired,
+      deleted,
+      webhooks,
+      abandoned,
+      abandonedPending,
+      this.http,
+      this.httpSeconds,
+      jobs,
+      stalledNow,
+    ] as Array<KeyedSeries<string> | KeyedHistogram<string>>;
     this.defaultMetrics = options.defaultMetrics !== false;
 
     this.unsubscribe.push(
-      bus.on('job:submitted', ({ job }) => submitted.inc({ task_type: job.type })),
+      bus.on('job:submitted', ({ job }) => submitted.add([job.type])),
       bus.on('job:changed', (e) => {
         // Relayed changes (another process's) are counted by that process.
         if (!ENDED.has(e.to) || e.from === e.to || isRelayed(e)) return;
-        const key = `${e.type}\u0000${e.to}`;
-        const c = finishedSince.get(key);
-        if (c) c.n++;
-        else finishedSince.set(key, { labels: { task_type: e.type, state: e.to }, n: 1 });
+        finished.add([e.type, e.to]);
       }),
       bus.on('attempt:started', ({ job }) => {
         if (job.startedAt !== null) queueWait.observe([job.type], Math.max(0, job.startedAt - job.runAt) / 1000);
@@ -148,50 +168,65 @@ export class LonghaulMetrics {
         if (job.startedAt !== null) duration.observe([job.type, to], Math.max(0, at - job.startedAt) / 1000);
       }),
       bus.on('sweeper:pass', (r) => {
-        reaped.inc(r.reaped);
-        timedOut.inc(r.timedOut);
-        forced.inc(r.forced);
-        stalled.inc(r.stalled);
-        expired.inc(r.expired);
-        deleted.inc(r.deleted);
+        reaped.add([], r.reaped);
+        timedOut.add([], r.timedOut);
+        forced.add([], r.forced);
+        stalled.add([], r.stalled);
+        expired.add([], r.expired);
+        deleted.add([], r.deleted);
       }),
-      bus.on('webhook:attempt', ({ outcome }) => webhooks.inc({ outcome })),
+      bus.on('webhook:attempt', ({ outcome }) => webhooks.add([outcome])),
       bus.on('attempt:abandoned', ({ job }) => {
-        abandoned.inc({ task_type: job.type });
-        abandonedPending.inc();
+        abandoned.add([job.type]);
+        abandonedPending.add([]);
       }),
-      bus.on('attempt:abandoned-returned', () => abandonedPending.dec()),
+      bus.on('attempt:abandoned-returned', () => abandonedPending.add([], -1)),
     );
   }
 
   /** Counts one answered HTTP request (`route`: the route's pattern, never the raw URL). */
   observeRequest(method: string, route: string, status: number, seconds: number): void {
-    const labels = { method, route, status: String(status) };
-    this.http.inc(labels);
+    const labels = [method, route, String(status)];
+    this.http.add(labels);
     this.httpSeconds.observe(labels, seconds);
   }
 
-  /** The text exposition format (Prometheus 0.0.4). */
+  /** The text exposition format (Prometheus 0.0.4). The first call loads prom-client. */
   async render(): Promise<string> {
-    if (this.defaultMetrics) {
-      this.defaultMetrics = false;
-      // Node's metrics, less three gauges named like counters (`nodejs_active_handles_total`...),
-      // which `promtool check metrics` rejects.
-      const node = new Registry();
-      collectDefaultMetrics({ register: node, eventLoopMonitoringPrecision: 10 });
-      for (const m of node.getMetricsAsArray()) {
-        if (!NOT_COUNTERS.test(m.name)) this.registry.registerMetric(m as unknown as Metric);
+    return (await this.registry()).metrics();
+  }
+
+  /**
+   * The prom-client registry of the series, made at the first scrape with Node's default
+   * metrics (so an instance nobody scrapes pays nothing for them either).
+   */
+  registry(): Promise<Registry> {
+    this.registryLoad ??= import('prom-client').then(({ Registry, collectDefaultMetrics }) => {
+      const registry = new Registry();
+      for (const m of this.all) registry.registerMetric(m as unknown as Metric);
+      if (this.defaultMetrics) {
+        // Node's metrics, less three gauges named like counters (`nodejs_active_handles_total`...),
+        // which `promtool check metrics` rejects.
+        const node = new Registry();
+        collectDefaultMetrics({ register: node, eventLoopMonitoringPrecision: 10 });
+        for (const m of node.getMetricsAsArray()) {
+          if (!NOT_COUNTERS.test(m.name)) registry.registerMetric(m as unknown as Metric);
+        }
       }
-    }
-    return this.registry.metrics();
+      if (this.closed) registry.clear();
+      this.loaded = registry;
+      return registry;
+    });
+    return this.registryLoad;
   }
 
   get contentType(): string {
-    return this.registry.contentType;
+    return CONTENT_TYPE;
   }
 
   close(): void {
+    this.closed = true;
     for (const off of this.unsubscribe.splice(0)) off();
-    this.registry.clear();
+    this.loaded?.clear();
   }
 }

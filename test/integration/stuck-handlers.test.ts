@@ -125,7 +125,7 @@ for (const target of TARGETS) {
         assert.equal(warnings[0]?.level, 40);
         assert.equal(warnings[0]?.type, 'stuck.hang');
 
-        const metrics = await lh.metrics.registry.metrics();
+        const metrics = await lh.metrics.render();
         assert.match(metrics, /^longhaul_abandoned_handlers_total\{task_type="stuck.hang"\} 2$/m);
         assert.match(metrics, /^longhaul_abandoned_handlers_pending 2$/m);
 
@@ -152,7 +152,7 @@ for (const target of TARGETS) {
         assert.equal((await healthApp.inject({ method: 'GET', url: '/healthz' })).statusCode, 200);
         assert.equal((await healthApp.inject({ method: 'GET', url: '/readyz' })).statusCode, 200);
         await healthApp.close();
-        assert.match(await lh.metrics.registry.metrics(), /^longhaul_abandoned_handlers_pending 0$/m);
+        assert.match(await lh.metrics.render(), /^longhaul_abandoned_handlers_pending 0$/m);
         for (const j of stuck) assert.equal((await lh.get(j.id))?.status, 'cancelled');
       } finally {
         await lh.close({ drainMs: 0 });
