@@ -38,7 +38,7 @@ export interface WorkerFiles {
   uploads(tenant: string): UploadsHandle;
 }
 
-/** What spawning needs from the application (facade/runtime.ts); without it ctx.spawn throws. */
+/** What spawning needs from the application (facade/instance.ts); without it ctx.spawn throws. */
 export interface WorkerWorkflows {
   prepareChild(parent: JobRecord, spec: ChildSpec, now: number): NewJob | Promise<NewJob>;
   cancelChildren(parentId: string, now: number, reason: string): Promise<number>;
