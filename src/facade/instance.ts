@@ -141,7 +141,7 @@ export async function openInstance(options: OpenOptions): Promise<Instance> {
  * The store a database URL names: PostgreSQL for `postgres://` URLs, else a SQLite path. Each
  * store's module (and `pg`) is loaded here, when it is the one configured.
  */
-export async function storeFor(config: Pick<LonghaulConfig, 'database' | 'pgPoolSize'>, logger: Logger): Promise<Store> {
+async function storeFor(config: Pick<LonghaulConfig, 'database' | 'pgPoolSize'>, logger: Logger): Promise<Store> {
   if (/^postgres(ql)?:\/\//.test(config.database)) {
     const { PostgresStore } = await import('../store/postgres/postgres-store.js');
     return new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger });
@@ -185,6 +185,7 @@ async function channelReady(channel: Channel, logger: Logger, timeoutMs = 5000):
   if (!up) logger.warn({ transport: channel.transport }, 'the events channel is not up yet; continuing (it reconnects by itself, streams fall back to reading the store)');
 }
 
+/** What openInstance opened and resolved, for the Instance to wire. */
 interface Opened {
   readonly store: Store;
   /** Closed with the instance (false: the caller's, left open). */
@@ -193,6 +194,7 @@ interface Opened {
   readonly ownsChannel: boolean;
   readonly config: LonghaulConfig;
   readonly logger: Logger;
+  /** The tasks given to open (the instance's map of tasks starts with them). */
   readonly tasks: readonly Task[];
   readonly filesOptions: JobFilesOptions;
   readonly webhookConfig: WebhookConfig;
@@ -240,7 +242,8 @@ export class Instance {
   private readonly ownsChannel: boolean;
 
   constructor(o: Opened) {
-    const { store, channel, config, logger, webhookConfig, bus, tasks } = { ...o, bus: this.bus, tasks: this.tasks };
+    const { store, channel, config, logger, webhookConfig, clock } = o;
+    const { bus, tasks } = this;
     this.store = store;
     this.config = config;
     this.logger = logger;
@@ -249,7 +252,7 @@ export class Instance {
     this.migration = o.migration;
     this.ownsStore = o.ownsStore;
     this.ownsChannel = o.ownsChannel;
-    this.clock = o.clock;
+    this.clock = clock;
     for (const t of o.tasks) this.addTask(t);
     this.files = new LazyFiles(config.database, o.filesOptions);
     this.submission = new Submission({ store, bus, config, webhookConfig, tasks });
@@ -264,7 +267,6 @@ export class Instance {
         attempted: (outcome) => bus.emit('webhook:attempt', { outcome }),
       }),
     ];
-    const clock = o.clock;
     this.schedules = new Schedules({
       store,
       tasks,
