@@ -5,6 +5,7 @@
  * wait); this costs a tenth of that. The registry renders it like prom-client's own histograms
  * (`_bucket` with `le` first, then `_sum` and `_count`), so `GET /metrics` reads the same.
  */
+import { labelKey, labelsOf } from './labels.js';
 import type { Metric, Registry } from 'prom-client';
 
 interface Series {
@@ -49,14 +50,10 @@ export class KeyedHistogram<L extends string> {
   /** Counts `value` (seconds) for the label values, given in `labelNames` order. */
   observe(labelValues: readonly string[], value: number): void {
     if (!Number.isFinite(value)) throw new TypeError(`${this.name}: not a finite number: ${value}`);
-    const key = labelValues.length === 1 ? (labelValues[0] as string) : labelValues.join('\u0000');
+    const key = labelKey(labelValues);
     let s = this.series.get(key);
     if (!s) {
-      const labels: Record<string, string> = {};
-      this.labelNames.forEach((n, i) => {
-        labels[n] = labelValues[i] as string;
-      });
-      s = { labels, counts: new Array<number>(this.bounds.length + 1).fill(0), sum: 0, count: 0 };
+      s = { labels: labelsOf(this.labelNames, labelValues), counts: new Array<number>(this.bounds.length + 1).fill(0), sum: 0, count: 0 };
       this.series.set(key, s);
     }
     let i = 0;

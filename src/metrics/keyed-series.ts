@@ -5,6 +5,8 @@
  * the counts, and the registry then renders them through `get()` like prom-client's own (a
  * series without labels reads 0 before its first count, as prom-client's does).
  */
+import { labelKey, labelsOf } from './labels.js';
+
 interface Series {
   labels: Record<string, string>;
   value: number;
@@ -63,14 +65,10 @@ export class KeyedSeries<L extends string = never> {
   }
 
   private entry(labelValues: readonly string[]): Series {
-    const key = labelValues.length === 1 ? (labelValues[0] as string) : labelValues.join('\u0000');
+    const key = labelKey(labelValues);
     let s = this.series.get(key);
     if (!s) {
-      const labels: Record<string, string> = {};
-      this.labelNames.forEach((n, i) => {
-        labels[n] = labelValues[i] as string;
-      });
-      s = { labels, value: 0 };
+      s = { labels: labelsOf(this.labelNames, labelValues), value: 0 };
       this.series.set(key, s);
     }
     return s;
