@@ -17,5 +17,9 @@ mkdir -p "$dir"
 git -C "$root" archive "$rev" src package.json tsconfig.json tsconfig.build.json | tar -x -C "$dir"
 ln -s "$root/node_modules" "$dir/node_modules"
 (cd "$dir" && "$root/node_modules/.bin/tsc" -p tsconfig.build.json --declaration false --sourceMap false)
+# The stores' migration files (SQL, which tsc does not copy), where the compiled code reads them.
+for m in "$dir"/src/store/*/migrations; do
+  if [ -d "$m" ]; then rel=${m#"$dir/src/"}; mkdir -p "$dir/dist/$rel" && cp "$m"/*.sql "$dir/dist/$rel/"; fi
+done
 git -C "$root" rev-parse "$rev" > "$dir/dist/REVISION"
 echo "$dir/dist"

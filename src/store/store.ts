@@ -434,9 +434,10 @@ export type * from './workflow-store.js';
 export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore, RetentionStore, DeadLetterStore {
   /**
    * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
-   * the schema version found and the one left (equal when there was nothing to do).
+   * the schema version found and the one left (equal when there was nothing to do). `to` stops at
+   * that version instead of the latest (the upgrade tests build a database at an older version).
    */
-  migrate(): Promise<MigrationResult>;
+  migrate(to?: number): Promise<MigrationResult>;
   close(): Promise<void>;
   /**
    * One cheap read of Longhaul's own schema: resolves when the database answers and is migrated,

@@ -1,0 +1,29 @@
+/**
+ * Released migration files never change: a database that applied a file must have the schema a
+ * new database gets from the same file. This test holds the SHA-256 of every file of both
+ * stores (src/store/<store>/migrations/), so an edit to a released file fails here; a new
+ * migration is a new file, and adding its hash below is the deliberate act of releasing it.
+ * (Run `sha256sum src/store/*\/migrations/*.sql` for the value.)
+ */
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { test } from 'node:test';
+import { readMigrationFiles } from '../../src/store/migration-files.js';
+
+const RELEASED: Record<'sqlite' | 'postgres', Record<string, string>> = {
+  sqlite: {},
+  postgres: {},
+};
+
+for (const store of ['sqlite', 'postgres'] as const) {
+  test(`${store}: every migration file is released and unchanged`, () => {
+    const files = readMigrationFiles(new URL(`../../src/store/${store}/migrations/`, import.meta.url));
+    assert.ok(files.length >= 1, 'at least the baseline');
+    const actual = Object.fromEntries(files.map((f) => [f.file, createHash('sha256').update(f.sql).digest('hex')]));
+    for (const [file, hash] of Object.entries(actual)) {
+      assert.ok(file in RELEASED[store], `${store}/migrations/${file} has no released hash: add '${file}': '${hash}' to RELEASED.${store}`);
+      assert.equal(hash, RELEASED[store][file], `${store}/migrations/${file} changed after release: a released migration never changes; put the change in a new file`);
+    }
+    for (const file of Object.keys(RELEASED[store])) assert.ok(file in actual, `${store}/migrations/${file} is released but missing`);
+  });
+}
