@@ -15,7 +15,7 @@ import type { JobRecord, JobSnapshot } from '../core/job.js';
 import { DEAD_LETTER_BATCH, MAX_DEAD_LETTER_IDS, MAX_PAGE_LIMIT } from '../core/limits.js';
 import { hasUnstorable } from '../core/storable.js';
 import { manualRetry } from '../core/transitions.js';
-import type { Eraser } from '../retention/erase.js';
+import type { Eraser } from './erase.js';
 import type { DeadLetterCursor, DeadLetterFilter, DeadLetterStore, JobQueueStore, WebhookOutboxStore } from '../store/store.js';
 import { applyTransitions } from '../transitions/apply.js';
 import { type ReadContext, snapshots, type TenantScope } from './reads.js';

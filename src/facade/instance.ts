@@ -20,7 +20,7 @@ import type { JobSnapshot } from '../core/job.js';
 import { jobLogFields, LOG_REDACT } from '../core/log-fields.js';
 import { runningCaps } from '../core/quotas.js';
 import { LonghaulMetrics } from '../metrics/metrics.js';
-import { Eraser } from '../retention/erase.js';
+import { Eraser } from './erase.js';
 import type { MigrationResult, Store } from '../store/store.js';
 import { Sweeper } from '../sweeper/sweeper.js';
 import { collectSchedules, collectTasks, isTask, type ScheduleDeclaration, type Task } from '../task-api/define.js';

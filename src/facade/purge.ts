@@ -6,7 +6,7 @@
  */
 import { InvalidOptionsError } from '../core/errors.js';
 import { isJobState, type JobState } from '../core/states.js';
-import type { Eraser, Erased } from '../retention/erase.js';
+import type { Eraser, Erased } from './erase.js';
 import type { RetentionStore } from '../store/store.js';
 
 /** What to erase; at least one of tenant, type and before. */

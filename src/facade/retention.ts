@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { isRelayed } from '../channel/bridge.js';
 import type { JobBus } from '../channel/bus.js';
 import type { RetentionPolicy } from '../core/retention.js';
-import type { Eraser } from '../retention/erase.js';
+import type { Eraser } from './erase.js';
 import type { Task } from '../task-api/define.js';
 
 /** The retention overrides of the tasks registered here (a task without one follows the instance's). */

@@ -36,7 +36,7 @@ export interface SweeperOptions {
    */
   expireFiles?: (jobs: JobRecord[]) => Promise<void>;
   /**
-   * Retention: deletes the ended jobs whose retention period is over (src/retention/erase.ts);
+   * Retention: deletes the ended jobs whose retention period is over (src/facade/erase.ts);
    * resolves to how many jobs it deleted. Runs in the elected sweeper after the other passes.
    */
   retention?: (now: number) => Promise<number>;
