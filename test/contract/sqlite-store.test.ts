@@ -1,7 +1,7 @@
 /**
  * SqliteStore: the shared store contract, all five parts, on a fresh temp file per test,
  * plus what only SQLite has (corrupt checkpoint bytes, data_version polling across
- * connections, the schema version table).
+ * connections, the migration files applied and recorded, a pre-release database refused).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { after, afterEach, describe, it } from 'node:test';
 import type { SQLInputValue } from 'node:sqlite';
-import { MIGRATIONS } from '../../src/store/sqlite/schema.js';
 import { FAILED_CHILD_SQL, OPEN_CHILD_SQL, OPEN_SIBLINGS_SQL, STRANDED_PARENTS_SQL } from '../../src/store/sqlite/workflow-ops.js';
 import { SqliteStore } from '../../src/store/sqlite/sqlite-store.js';
 import { TENANT_BACKLOG_SQL } from '../../src/store/sqlite/submit-ops.js';
@@ -27,7 +26,6 @@ import { runClaimLimitsContract } from './store-contract/claim-limits.js';
 import { runTenantQuotaContract } from './store-contract/tenant-quota.js';
 import { runDeadLetterContract } from './store-contract/dead-letters.js';
 import { runStatsContract } from './store-contract/stats.js';
-import { STATS_MIGRATION } from '../../src/store/sqlite/stats-schema.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { runFailFastContract } from './store-contract/fail-fast.js';
 
@@ -59,32 +57,8 @@ runRetentionContract('sqlite (file)', () => openStore());
 runClaimLimitsContract('sqlite (file)', () => openStore());
 runTenantQuotaContract('sqlite (file)', () => openStore());
 runDeadLetterContract('sqlite (file)', () => openStore());
-runStatsContract(
-  'sqlite (file)',
-  () => openStore(),
-  async (jobs) => {
-    // The schema just before the stats migration, as a database written by the previous release.
-    const path = tempPath();
-    const db = new DatabaseSync(path);
-    db.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
-    const before = MIGRATIONS.findIndex((m) => m.includes(STATS_MIGRATION));
-    for (const m of MIGRATIONS.slice(0, before)) db.exec(m);
-    db.prepare("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', ?)").run(String(before));
-    const insert = db.prepare(
-      `INSERT INTO jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, started_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, log)
-       VALUES (?, ?, ?, ?, 2, 3, ?, ?, ?, ?, ?, 30000, 60000, '[]')`,
-    );
-    for (const j of jobs) insert.run(j.id, j.tenant, j.type, j.state, j.createdAt, j.createdAt, j.createdAt, j.startedAt, j.finishedAt);
-    db.close();
-    const store = new SqliteStore({ path });
-    return {
-      store,
-      migrate: async () => {
-        assert.deepEqual(await store.migrate(), { from: before, to: MIGRATIONS.length });
-      },
-    };
-  },
-);
+// No backfill case: the baseline has the counters from the start.
+runStatsContract('sqlite (file)', () => openStore());
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];
@@ -170,63 +144,62 @@ describe('SqliteStore specifics', () => {
     const path = tempPath();
     const stores = [new SqliteStore({ path }), new SqliteStore({ path }), new SqliteStore({ path })];
     for (const s of stores) open.push(s);
-    await Promise.all(stores.map((s) => s.migrate()));
-    for (const s of stores) assert.equal(await s.schemaVersion(), MIGRATIONS.length);
+    const results = await Promise.all(stores.map((s) => s.migrate()));
+    const latest = SqliteStore.latestVersion;
+    assert.deepEqual(
+      results.map((r) => [r.from, r.to]).sort(),
+      [[0, latest], [latest, latest], [latest, latest]],
+      'one store applied the files, the others found them applied',
+    );
+    for (const s of stores) assert.equal(await s.schemaVersion(), latest);
+    const applied = stores[0]?.db.prepare('SELECT version, name FROM longhaul_migrations ORDER BY version').all() ?? [];
+    assert.deepEqual(
+      applied.map((r) => r.version),
+      Array.from({ length: latest }, (_, i) => i + 1),
+      'each file recorded once',
+    );
+    assert.equal(applied[0]?.name, 'baseline');
     await stores[0]?.insertJob({ job: newJob() });
     assert.equal((await stores[2]?.countByState({}))?.queued, 1);
   });
 
-  it('a version-2 database upgrades to workflows: its jobs read back, promote and claim as before', async () => {
-    const path = tempPath();
-    const { DatabaseSync } = await import('node:sqlite');
-    const raw = new DatabaseSync(path);
-    raw.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
-    for (const sql of MIGRATIONS.slice(0, 2)) raw.exec(sql);
-    raw.exec("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', '2')");
-    const due = newJob({ state: 'pending', runAt: 1_000 });
-    raw
-      .prepare(
-        `INSERT INTO jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
-         VALUES (?, 'acme', 'report', 'pending', 2, 3, 1000, 0, 0, 30000, 60000, '[{"from":null,"to":"pending","at":0,"reason":"submitted","attempt":0,"workerId":null}]')`,
-      )
-      .run(due.id);
-    raw.close();
-    const store = await track(Promise.resolve(new SqliteStore({ path })));
-    assert.deepEqual(await store.migrate(), { from: 2, to: MIGRATIONS.length });
-    const job = await store.getJob({ id: due.id });
-    assert.deepEqual([job?.workflow, job?.wait, job?.childrenTotal], [null, null, 0]);
-    const [claimed] = await store.claimJobs({ workerId: 'w', types: [{ type: 'report' }], limit: 1, now: 1_000 });
-    assert.equal(claimed?.id, due.id);
-    assert.deepEqual(
-      (await store.getTransitions({ id: due.id }))?.map((e) => e.reason),
-      ['submitted', 'due', 'claimed'],
-    );
+  it('migrate(to) stops at that version; a later migrate() goes on from there; to below the current version is refused', async () => {
+    const store = await track(Promise.resolve(new SqliteStore({ path: tempPath() })));
+    await assert.rejects(store.ping(), 'not migrated: not ready');
+    assert.deepEqual(await store.migrate(1), { from: 0, to: 1 });
+    assert.equal(await store.schemaVersion(), 1);
+    await store.ping();
+    assert.deepEqual(await store.migrate(), { from: 1, to: SqliteStore.latestVersion });
+    assert.deepEqual(await store.migrate(), { from: SqliteStore.latestVersion, to: SqliteStore.latestVersion });
+    await assert.rejects(store.migrate(0), /cannot migrate from version/);
+    await assert.rejects(store.migrate(SqliteStore.latestVersion + 1), /cannot migrate from version/);
   });
 
-  it("a version-5 database upgrades to dead letters: its failed jobs are grouped by their error's code", async () => {
+  it('refuses a database written by a pre-release build (longhaul_meta, no longhaul_migrations), naming the file and the remedy', async () => {
     const path = tempPath();
-    const { DatabaseSync } = await import('node:sqlite');
     const raw = new DatabaseSync(path);
-    raw.exec('CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
-    for (const sql of MIGRATIONS.slice(0, 5)) raw.exec(sql);
-    raw.exec("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', '5')");
-    const old = newJob();
-    raw
-      .prepare(
-        `INSERT INTO jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, error, log)
-         VALUES (?, 'acme', 'report', 'failed', 2, 3, 1000, 0, 0, 5000, 30000, 60000, '{"message":"m","code":"OLD_CODE","retryable":false}', '[]')`,
-      )
-      .run(old.id);
+    // What builds before the fold into 0001_baseline.sql left: their version in longhaul_meta.
+    raw.exec("CREATE TABLE longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO longhaul_meta VALUES ('schema_version', '11')");
+    raw.exec('CREATE TABLE jobs (id TEXT PRIMARY KEY)');
     raw.close();
     const store = await track(Promise.resolve(new SqliteStore({ path })));
-    assert.deepEqual(await store.migrate(), { from: 5, to: MIGRATIONS.length });
-    assert.deepEqual(await store.deadLetterGroups({ filter: {}, limit: 10 }), [{ tenant: 'acme', type: 'report', code: 'OLD_CODE', count: 1, lastFailedAt: 5000 }]);
-    assert.deepEqual(await store.listAttempts({ id: old.id, limit: 10 }), [], 'no history from before the upgrade');
+    for (const attempt of [store.migrate(), store.schemaVersion()]) {
+      await assert.rejects(attempt, (err: Error) => {
+        assert.ok(err.message.includes(path), err.message);
+        assert.match(err.message, /pre-release build of Longhaul/);
+        assert.match(err.message, /cannot be upgraded: delete the file .* or point Longhaul at another file/);
+        return true;
+      });
+    }
+    const check = new DatabaseSync(path);
+    const tables = check.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all().map((r) => r.name);
+    check.close();
+    assert.deepEqual(tables, ['jobs', 'longhaul_meta'], 'nothing was written');
   });
 
   it('refuses a database whose schema is newer than this code', async () => {
     const store = await track(openStore());
-    store.db.prepare("UPDATE longhaul_meta SET value = ? WHERE key = 'schema_version'").run(String(MIGRATIONS.length + 1));
+    store.db.prepare("INSERT INTO longhaul_migrations (version, name, applied_at) VALUES (?, 'from_the_future', 0)").run(SqliteStore.latestVersion + 1);
     await assert.rejects(store.migrate(), /newer than this Longhaul/);
   });
 
@@ -300,7 +273,7 @@ describe('SqliteStore specifics', () => {
   });
 });
 
-describe('sqlite: the worker counts its own claims and ends (migration 10)', () => {
+describe('sqlite: the worker counts its own claims and ends', () => {
   const nonZero = (counts: Record<string, number>) => Object.fromEntries(Object.entries(counts).filter(([, n]) => n !== 0));
 
   it("claims and ends through the store are counted once, and another connection's writes through the triggers", async () => {

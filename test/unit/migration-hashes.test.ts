@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { readMigrationFiles } from '../../src/store/migration-files.js';
 
 const RELEASED: Record<'sqlite' | 'postgres', Record<string, string>> = {
-  sqlite: {},
+  sqlite: { '0001_baseline.sql': '274621ba989e27101dfec2be735f946606a7ab0fa4709d6af18ecb9d9fd38b05' },
   postgres: {},
 };
 

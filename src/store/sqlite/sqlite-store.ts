@@ -16,6 +16,9 @@
  * Statements that return one column are set to return arrays (`setReturnArrays`), and the
  * value is read as `row[0]`: node:sqlite has no `pluck`, and an array per row costs less than
  * an object with a named property.
+ *
+ * The schema is the SQL files of migrations/ (0001_baseline.sql, then one file per change),
+ * applied by migrate() and recorded in the table longhaul_migrations.
  */
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import type { JobRecord, TransitionEntry } from '../../core/job.js';
@@ -45,7 +48,6 @@ import { enterWal, openDatabase } from './open-database.js';
 import { jobFromJson, jobJson, jobsFromRows } from './rows.js';
 import { SqliteClaimOps } from './claim-ops.js';
 import { SNAPSHOT_JSON_SQL, SnapshotCache } from './snapshot-json.js';
-import { MIGRATIONS } from './schema.js';
 import { arrays, type Compiled, compile, logEntrySql, NEXT_UPDATED_AT, statementCache } from './sql.js';
 import { StatsBatch } from './stats-batch.js';
 import { checkTransition, Transitions } from './transitions.js';
@@ -60,6 +62,7 @@ import { SqliteResultFileOps } from './result-file-ops.js';
 import { SqliteWebhookOps } from './webhook-ops.js';
 import { encodeJobCursor } from '../job-cursor.js';
 import { listJobsSql } from './list-sql.js';
+import { type MigrationFile, pendingMigrations, preReleaseSchemaError, readMigrationFiles } from '../migration-files.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -74,6 +77,13 @@ export interface SqliteStoreOptions {
 }
 
 const JOB_ROW = jobJson('j');
+
+let files: MigrationFile[] | null = null;
+/** The schema's migration files (migrations/0001_baseline.sql, …), read at the first migrate. */
+function migrationFiles(): MigrationFile[] {
+  files ??= readMigrationFiles(new URL('./migrations/', import.meta.url));
+  return files;
+}
 
 interface HotStatements {
   promote: Compiled<{ id: string; at: number }>;
@@ -210,29 +220,65 @@ export class SqliteStore implements Store {
     return out;
   }
 
-  async migrate(): Promise<MigrationResult> {
+  /** The version of the newest migration file (migrations/NNNN_name.sql) this code has. */
+  static get latestVersion(): number {
+    return migrationFiles().length;
+  }
+
+  /**
+   * Applies the migration files the database has not applied yet (up to `to`, else all), each
+   * recorded in longhaul_migrations, in one IMMEDIATE transaction: several processes opening
+   * the same file at once apply each file exactly once (the others wait for the write lock and
+   * then find nothing to do). A database written by a build from before the baseline (it has
+   * longhaul_meta, not longhaul_migrations) is refused with what to do about it.
+   */
+  async migrate(to?: number): Promise<MigrationResult> {
+    const files = migrationFiles();
     return this.write(() => {
-      this.db.exec('CREATE TABLE IF NOT EXISTS longhaul_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
-      const row = this.db.prepare("SELECT value FROM longhaul_meta WHERE key = 'schema_version'").get() as { value: string } | undefined;
-      const current = row ? Number(row.value) : 0;
-      if (current > MIGRATIONS.length) {
-        throw new Error(`database schema version ${current} is newer than this Longhaul (${MIGRATIONS.length}); upgrade Longhaul`);
+      const current = this.appliedVersion();
+      const pending = pendingMigrations(files, current, to);
+      if (!this.hasTable('longhaul_migrations')) {
+        this.db.exec('CREATE TABLE longhaul_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)');
       }
-      for (let v = current; v < MIGRATIONS.length; v++) this.db.exec(MIGRATIONS[v] as string);
-      this.db
-        .prepare("INSERT INTO longhaul_meta (key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-        .run(String(MIGRATIONS.length));
-      return { from: current, to: MIGRATIONS.length };
+      const record = this.db.prepare('INSERT INTO longhaul_migrations (version, name, applied_at) VALUES (?, ?, ?)');
+      for (const file of pending) {
+        try {
+          this.db.exec(file.sql);
+        } catch (err) {
+          throw new Error(`SQLite migration ${file.file} failed on ${this.options.path}: ${(err as Error).message}`, { cause: err });
+        }
+        record.run(file.version, file.name, Date.now());
+      }
+      return { from: current, to: pending.at(-1)?.version ?? current };
     });
   }
 
+  /** The newest version applied (0: none), or the pre-release error. */
+  private appliedVersion(): number {
+    if (!this.hasTable('longhaul_migrations')) {
+      if (this.hasTable('longhaul_meta')) {
+        throw preReleaseSchemaError(
+          `The SQLite database ${this.options.path}`,
+          'delete the file (and its -wal and -shm files) to start with an empty database, or point Longhaul at another file',
+        );
+      }
+      return 0;
+    }
+    const row = this.db.prepare('SELECT max(version) AS v FROM longhaul_migrations').get() as { v: number | null };
+    return row.v ?? 0;
+  }
+
+  private hasTable(name: string): boolean {
+    return this.db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?").get(name) !== undefined;
+  }
+
+  /** The schema version of the database: the newest migration file applied (0: none). */
   async schemaVersion(): Promise<number> {
-    const row = this.db.prepare("SELECT value FROM longhaul_meta WHERE key = 'schema_version'").get() as { value: string } | undefined;
-    return row ? Number(row.value) : 0;
+    return this.appliedVersion();
   }
 
   async ping(): Promise<void> {
-    this.stmt('SELECT 1 FROM longhaul_meta LIMIT 1').get();
+    this.stmt('SELECT 1 FROM longhaul_migrations LIMIT 1').get();
   }
 
   async close(): Promise<void> {
@@ -285,7 +331,7 @@ export class SqliteStore implements Store {
     return { items, nextCursor: rows.length > limit && last ? encodeJobCursor(last.id) : null };
   }
 
-  // ---- stats: stats-ops.ts (counters kept by the triggers of stats-schema.ts) ----------------
+  // ---- stats: stats-ops.ts (counters kept by the triggers of migrations/0001_baseline.sql) ---
 
   countByState: JobQueueStore['countByState'] = (p) => this.stats.countByState(p);
   countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);

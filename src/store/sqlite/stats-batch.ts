@@ -1,5 +1,5 @@
 /**
- * The stats the worker's own writes report themselves (migration 10, see stats-schema.ts): a
+ * The stats the worker's own writes report themselves (see "Stats" in migrations/0001_baseline.sql): a
  * claim and the end of a running job add their changes here, and the store writes them in a few
  * upserts at the end of the write transaction, where the row triggers ran one to three statements
  * per job. Those statements mark the rows they change (`stats_seq + 1`), which the triggers skip;
@@ -14,8 +14,11 @@ import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import type { JobState } from '../../core/states.js';
 import { durationBucket } from '../../core/stats-window.js';
 
-/** States whose end has a run time (stats-schema.ts ENDED_WITH_TIME). */
-const TIMED_ENDS: ReadonlySet<string> = new Set(['succeeded', 'failed', 'expired']);
+/**
+ * States whose end has a run time: the triggers' `NEW.state IN (...)` in
+ * migrations/0001_baseline.sql (test/unit/sqlite-schema-agreement.test.ts compares them).
+ */
+export const TIMED_ENDS: ReadonlySet<string> = new Set(['succeeded', 'failed', 'expired']);
 
 const SEP = '\u0000';
 

@@ -1,6 +1,6 @@
 /**
  * SqliteStore's stats reads: counts, rates and run-time buckets from the tables the triggers of
- * stats-schema.ts keep. Each read touches rows per (tenant, type, state) or per second/minute of
+ * migrations/0001_baseline.sql ("Stats") and stats-batch.ts keep. Each read touches rows per (tenant, type, state) or per second/minute of
  * the window, never per job, so its cost does not grow with the jobs table.
  */
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
