@@ -6,6 +6,7 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseDuration } from '../core/duration.js';
+import { checkOptional, loadOptional, OPTIONAL_PACKAGES } from '../core/optional-packages.js';
 import { FsBlobStore } from './fs-store.js';
 import type { S3BlobStoreOptions } from './s3-store.js';
 import type { BlobStore } from './store.js';
@@ -57,11 +58,20 @@ export function resolveBlobStoreConfig({ env = process.env, database }: { env?: 
 export async function openBlobStore(config: BlobStoreConfig | { kind: 'fs'; dir: null }): Promise<BlobStore> {
   if (config.kind === 's3') {
     const { kind: _kind, ...options } = config;
-    // Loaded on demand: the AWS SDK is large, and filesystem deployments never need it.
-    const { S3BlobStore } = await import('./s3-store.js');
+    // Loaded on demand: the AWS SDK is large, an optional package, and filesystem deployments never need it.
+    const { S3BlobStore } = await loadOptional(OPTIONAL_PACKAGES.s3, () => import('./s3-store.js'));
     return new S3BlobStore(options);
   }
   return FsBlobStore.open(config.dir ?? (await mkdtemp(join(tmpdir(), 'longhaul-blobs-'))));
+}
+
+/**
+ * When the environment configures S3 (`LONGHAUL_S3_BUCKET`), checks that the AWS SDK's packages
+ * are installed, without loading them: MissingPackageError if not. Blob storage opens on first
+ * use; an instance calls this when it opens, so that the missing package is reported then.
+ */
+export function checkBlobStorePackages(env: Env = process.env): void {
+  if (nonEmpty(env.LONGHAUL_S3_BUCKET)) checkOptional(OPTIONAL_PACKAGES.s3, (specifier) => import.meta.resolve(specifier));
 }
 
 export interface UploadLimits {

@@ -2,9 +2,11 @@
  * Picks the channel for a deployment: Redis when a Redis URL is configured
  * (`LONGHAUL_REDIS_URL`), else LISTEN/NOTIFY when the database is PostgreSQL, else none (one
  * machine on SQLite: the in-process bus plus store polling are enough). The chosen channel's
- * module, and its driver (`ioredis`, `pg`), is loaded here, only when it is the one chosen.
+ * module, and its driver (`ioredis`, `pg`: optional packages, MissingPackageError without
+ * them), is loaded here, only when it is the one chosen.
  */
 import type pg from 'pg';
+import { loadOptional, OPTIONAL_PACKAGES } from '../core/optional-packages.js';
 import type { ListenConnection } from '../postgres/listen-connection.js';
 import type { Channel, ChannelLogger } from './channel.js';
 
@@ -40,7 +42,7 @@ export async function createChannel(options: CreateChannelOptions): Promise<Chan
   const redisUrl = options.redisUrl ?? (options.env ?? process.env).LONGHAUL_REDIS_URL;
   if (redisUrl !== undefined && redisUrl.trim() !== '') {
     if (!/^rediss?:\/\//.test(redisUrl)) throw new Error(`LONGHAUL_REDIS_URL must be a redis:// or rediss:// URL (got "${redisUrl}")`);
-    const { RedisChannel } = await import('./redis.js');
+    const { RedisChannel } = await loadOptional(OPTIONAL_PACKAGES.redis, () => import('./redis.js'));
     return new RedisChannel({
       url: redisUrl,
       ...(options.redisPrefix === undefined ? {} : { prefix: options.redisPrefix }),
@@ -50,7 +52,9 @@ export async function createChannel(options: CreateChannelOptions): Promise<Chan
     });
   }
   if (POSTGRES_URL.test(options.databaseUrl)) {
-    const [{ postgresNotifyShare }, { PostgresNotifyChannel }] = await Promise.all([import('../postgres/notify-share.js'), import('./postgres-notify.js')]);
+    const [{ postgresNotifyShare }, { PostgresNotifyChannel }] = await loadOptional(OPTIONAL_PACKAGES.postgres, () =>
+      Promise.all([import('../postgres/notify-share.js'), import('./postgres-notify.js')]),
+    );
     const share = postgresNotifyShare(options.storeNotify);
     const pool = options.pool ?? share?.pool;
     const listen = options.listen ?? share?.listen;

@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino, { type Logger } from 'pino';
 import { LOG_REDACT } from '../core/log-fields.js';
+import { MissingPackageError } from '../core/optional-packages.js';
 import { DEFAULTS, type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
@@ -150,6 +151,8 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
     });
   } catch (err) {
     await (await waiting.server)?.close();
+    // A feature configured without its optional package: the error says which, and how to install it.
+    if (err instanceof MissingPackageError) throw new CliError(err.message);
     // Not a passing outage (or no longer waited for). A driver's error (a refused password, a
     // missing database, a host that does not answer) does not say which database it is about.
     if (typeof (err as { code?: unknown } | null)?.code === 'string') throw new CliError(`cannot open the database ${redactUrl(database)}: ${(err as Error).message}`);

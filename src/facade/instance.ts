@@ -7,6 +7,7 @@
  * public class over it; each of its operations is in the facade module named for it.
  */
 import pino, { type Logger } from 'pino';
+import { checkBlobStorePackages } from '../blobs/config.js';
 import { type JobFiles, type JobFilesOptions, lazyResults, lazyUploads } from '../blobs/job-files.js';
 import { deleteJobResults } from '../blobs/results.js';
 import { sweepExpiredUploads } from '../blobs/uploads.js';
@@ -18,6 +19,7 @@ import { type ConfigOptions, checkHeartbeat, type LonghaulConfig, logLevelFromEn
 import { InvalidOptionsError } from '../core/errors.js';
 import type { JobSnapshot } from '../core/job.js';
 import { jobLogFields, LOG_REDACT } from '../core/log-fields.js';
+import { loadOptional, OPTIONAL_PACKAGES } from '../core/optional-packages.js';
 import { runningCaps } from '../core/quotas.js';
 import { LonghaulMetrics } from '../metrics/metrics.js';
 import { Eraser } from './erase.js';
@@ -92,6 +94,8 @@ export async function openInstance(options: OpenOptions): Promise<Instance> {
   const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
   if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
   const webhookConfig = resolveWebhookConfig(options.webhooks);
+  // Blob storage opens on first use; a missing S3 SDK is reported now, not at the first upload.
+  if (options.files?.blobs === undefined) checkBlobStorePackages();
   const store = options.store ?? (await storeFor(config, logger));
   let migration: MigrationResult;
   try {
@@ -139,11 +143,12 @@ export async function openInstance(options: OpenOptions): Promise<Instance> {
 
 /**
  * The store a database URL names: PostgreSQL for `postgres://` URLs, else a SQLite path. Each
- * store's module (and `pg`) is loaded here, when it is the one configured.
+ * store's module (and `pg`, an optional package: MissingPackageError without it) is loaded
+ * here, when it is the one configured.
  */
 async function storeFor(config: Pick<LonghaulConfig, 'database' | 'pgPoolSize'>, logger: Logger): Promise<Store> {
   if (/^postgres(ql)?:\/\//.test(config.database)) {
-    const { PostgresStore } = await import('../store/postgres/postgres-store.js');
+    const { PostgresStore } = await loadOptional(OPTIONAL_PACKAGES.postgres, () => import('../store/postgres/postgres-store.js'));
     return new PostgresStore({ connectionString: config.database, poolSize: config.pgPoolSize, logger });
   }
   const { SqliteStore } = await import('../store/sqlite/sqlite-store.js');

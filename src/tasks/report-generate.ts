@@ -5,6 +5,11 @@
  * `upload` (20%: stream the file to the job's results as `report.csv` / `report.pdf`). Every
  * step streams; cancellation stops each stage within a few hundred rows.
  *
+ * pdfkit is an optional package (17 MB with fontkit, for this example alone): the PDF renderer
+ * is loaded by the first PDF job, and without pdfkit that job fails at once (FatalError, code
+ * MISSING_PACKAGE, "... needs the package pdfkit ...: npm install pdfkit"); CSV reports, and
+ * `longhaul dev`, need nothing more.
+ *
  * No checkpoint: a new attempt starts over (the temp files die with the process), which for a
  * report of at most a million rows costs less than it would to make resumable.
  */
@@ -16,9 +21,10 @@ import { join } from 'node:path';
 import { pipeline, Transform } from 'node:stream';
 import type { ResultFile } from '../blobs/handles.js';
 import { type BlobTaskContext, withBlobs } from './blob-context.js';
+import { FatalError } from '../core/errors.js';
+import { loadOptional, MissingPackageError, OPTIONAL_PACKAGES } from '../core/optional-packages.js';
 import { defineTask } from '../task-api/define.js';
 import { renderCsv } from './report/render-csv.js';
-import { renderPdf } from './report/render-pdf.js';
 import { readSpool, type SalesTotals, spoolSales } from './report/sales-data.js';
 import { type StageWeight, weightedPercent } from './report/weighted-stages.js';
 import { destroyOnAbort } from './stream-abort.js';
@@ -58,6 +64,8 @@ export async function runReport(input: ReportInput, ctx: BlobTaskContext): Promi
   const { rows, format, seed } = input;
   const report = (stage: Stage, fraction: number, extra: { itemsDone?: number; message?: string } = {}) =>
     ctx.progress({ stage, percent: weightedPercent(REPORT_STAGES, stage, fraction), ...extra, ...(extra.itemsDone === undefined ? {} : { itemsTotal: rows }) });
+  // Before any work: a PDF report without pdfkit fails at once.
+  const renderPdf = format === 'pdf' ? await loadPdfRenderer() : null;
   const dir = await mkdtemp(join(tmpdir(), 'longhaul-report-'));
   try {
     const spool = join(dir, 'rows.jsonl');
@@ -76,7 +84,7 @@ export async function runReport(input: ReportInput, ctx: BlobTaskContext): Promi
     const pages = await ctx.stage('render', async () => {
       report('render', 0, { itemsDone: 0, message: `rendering ${format.toUpperCase()}` });
       const onRows = (done: number) => report('render', done / rows, { itemsDone: done, message: `${done} of ${rows} rows rendered` });
-      if (format === 'pdf') return (await renderPdf(readSpool(spool), rendered, { totals, seed, signal: ctx.signal, onRows })).pages;
+      if (renderPdf !== null) return (await renderPdf(readSpool(spool), rendered, { totals, seed, signal: ctx.signal, onRows })).pages;
       await renderCsv(readSpool(spool), rendered, { signal: ctx.signal, onRows });
       return null;
     });
@@ -112,6 +120,16 @@ export async function runReport(input: ReportInput, ctx: BlobTaskContext): Promi
     throw err;
   } finally {
     await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** The PDF renderer (and pdfkit), loaded by the first PDF report; without pdfkit, a FatalError: another attempt would not find it either. */
+async function loadPdfRenderer(): Promise<typeof import('./report/render-pdf.js').renderPdf> {
+  try {
+    return (await loadOptional(OPTIONAL_PACKAGES.pdf, () => import('./report/render-pdf.js'))).renderPdf;
+  } catch (err) {
+    if (err instanceof MissingPackageError) throw new FatalError(err.message, { code: err.code, cause: err });
+    throw err;
   }
 }
 
