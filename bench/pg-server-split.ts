@@ -14,7 +14,7 @@
  * server's cost per job.
  *
  * Variants:
- * - `current`: the schema and functions as they are (complete_and_claim, with the JSON items
+ * - `current`: the schema and functions as they are (worker_cycle, with the JSON items
  *   the worker sends for a success).
  * - `fewer-indexes`: the same after dropping jobs_tenant, jobs_finished, jobs_expiring and
  *   jobs_running. That is five of the seven index entries a job gets from claim and completion.
@@ -63,8 +63,10 @@ interface Variant {
 const CURRENT: Variant = {
   setup: '',
   claim: `SELECT array_agg(c.id), array_agg(c.lease) INTO ids, leases
-    FROM longhaul.complete_and_claim('[]', 0, 'w-1234567890', '{bench.noop}', '{NULL}', ${BATCH}, t) c`,
-  complete: `PERFORM longhaul.complete_and_claim(items, 1, 'w-1234567890', '{bench.noop}', '{NULL}', 0, t)`,
+    FROM longhaul.worker_cycle('{}', '{}', '{}', '{}', '{}', '{}', '[]', 0, 'w-1234567890', '{bench.noop}', '{NULL}', ${BATCH}, t,
+      '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL) c WHERE c.id IS NOT NULL`,
+  complete: `PERFORM longhaul.worker_cycle('{}', '{}', '{}', '{}', '{}', '{}', items, 1, 'w-1234567890', '{bench.noop}', '{NULL}', 0, t,
+      '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`,
 };
 
 const VARIANT_SQL: Record<string, Variant> = {

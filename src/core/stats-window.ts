@@ -2,8 +2,8 @@
  * The figures /v1/stats and /metrics report without counting the jobs table: what the stores
  * keep as jobs change (counts by tenant, type and state; submissions and ends per second;
  * run times per minute in log-scaled buckets), and how those are read back. Pure, and no SQL:
- * each store writes the same buckets in its own SQL (`durationBucketSql` in its
- * stats-schema.ts), which test/unit/stats-window.test.ts checks against `durationBucket`.
+ * each store writes the same buckets in the triggers of its migration files, which
+ * test/unit/{sqlite,postgres}-schema-agreement.test.ts check against `durationBucket`.
  */
 
 /** Buckets per doubling of the run time: consecutive bounds differ by 2^(1/8), about 9 %. */

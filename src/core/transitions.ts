@@ -332,7 +332,8 @@ export function reapLostWorker(job: SweptJob & Pick<JobRecord, 'attempts' | 'max
  * The reasons of the transitions that hand on a zombie (a running job whose worker stopped
  * heartbeating: reapLostWorker, and forceCancel for one whose cancel was requested). The stores
  * count the attempts that end with one of these, cluster-wide (`Store.sweepHealth`): their
- * triggers (migration 11 on both stores) hold these strings, so changing one needs a new migration.
+ * triggers (in each store's migrations/0001_baseline.sql) hold these strings, so changing one
+ * needs a new migration (test/unit/*-schema-agreement.test.ts compare them).
  */
 export const ZOMBIE_REASONS: readonly string[] = [
   'heartbeat lost; requeued',

@@ -1,17 +1,19 @@
 /**
- * PostgreSQL migration 20 (src/store/postgres/self-count-sql.ts): the worker's claim appends its
- * own queued-to-running change to job_changes while the update trigger skips it, and it looks up
- * progress only for jobs claimed before. Each test checks the figures against the table itself.
+ * PostgreSQL, the self-counted setting (migrations/0001_baseline.sql, "Wire formats"): the
+ * worker's claim appends its own queued-to-running change to job_changes while the update
+ * trigger skips it, and it looks up progress only for jobs claimed before. Each test checks the figures against the table itself.
  */
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import { EMPTY_PROGRESS, type Progress } from '../../src/core/progress.js';
 import { succeed } from '../../src/core/transitions.js';
-import { SELF_COUNTED } from '../../src/store/postgres/self-count-sql.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { newJob, T0 } from './store-contract/fixtures.js';
+
+/** The transaction-local setting on while a statement counts itself (the baseline's worker_cycle, end_succeeded). */
+const SELF_COUNTED = 'longhaul.self_counted';
 
 const db: TestDatabase = await createTestDatabase('lh_claimcount');
 let schemas = 0;
@@ -65,7 +67,7 @@ async function insertPerTenant(store: PostgresStore, type: string, counts: Recor
   await store.insertJobs({ jobs: Object.entries(counts).flatMap(([tenant, n]) => Array.from({ length: n }, () => newJob({ tenant, type }))) });
 }
 
-describe('postgres: the claim and end_succeeded count their own changes (migration 20)', () => {
+describe('postgres: the claim and end_succeeded count their own changes', () => {
   it('a claim across tenants (the candidates path) writes one row per tenant, and the counts stay exact', async () => {
     const store = await openStore();
     await insertPerTenant(store, 'fair', { a: 20, b: 20 });

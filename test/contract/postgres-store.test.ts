@@ -21,9 +21,7 @@ import { defineTask, InvalidOptionsError, type JobSnapshot, JobNotFoundError, Lo
 import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { tenantBacklogSql } from '../../src/store/postgres/submit-ops.js';
-import { MIGRATIONS, renderMigrations } from '../../src/store/postgres/schema.js';
 import { deadLetterGroupsSql, deadLetterWhere, failedJobsSql } from '../../src/store/postgres/dead-letter-ops.js';
-import { STATS_MIGRATION } from '../../src/store/postgres/stats-schema.js';
 import { runStatsContract } from './store-contract/stats.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import type { SqlTransaction } from '../../src/store/store.js';
@@ -67,34 +65,9 @@ runRetentionContract(`postgres (${db.source})`, () => openStore());
 runClaimLimitsContract(`postgres (${db.source})`, () => openStore());
 runTenantQuotaContract(`postgres (${db.source})`, () => openStore());
 runDeadLetterContract(`postgres (${db.source})`, () => openStore());
-runStatsContract(
-  `postgres (${db.source})`,
-  () => openStore(),
-  async (jobs) => {
-    // The schema just before the stats migration, as a database written by the previous release.
-    const schema = `t${++schemas}`;
-    const before = MIGRATIONS.findIndex((m) => m.includes(STATS_MIGRATION));
-    await schemaAtVersion(schema, before);
-    await admin(async (c) => {
-      for (const j of jobs) {
-        await c.query(
-          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, started_at, finished_at, heartbeat_timeout_ms, result_ttl_ms, log)
-           VALUES ($1, $2, $3, $4, 2, 3, $5, $5, $5, $6, $7, 30000, 60000, '[]')`,
-          [j.id, j.tenant, j.type, j.state, j.createdAt, j.startedAt, j.finishedAt],
-        );
-      }
-    });
-    const store = new PostgresStore({ connectionString: db.url, schema });
-    return {
-      store,
-      migrate: async () => {
-        assert.deepEqual(await store.migrate(), { from: before, to: MIGRATIONS.length });
-      },
-    };
-  },
-);
+runStatsContract(`postgres (${db.source})`, () => openStore());
 
-describe('postgres: the stats change log, grouped per statement (migration 10)', () => {
+describe('postgres: the stats change log, grouped per statement', () => {
   /** The real count of jobs by state, from the table. */
   async function tableCounts(schema: string): Promise<Record<string, number>> {
     return admin(async (c) => {
@@ -111,7 +84,7 @@ describe('postgres: the stats change log, grouped per statement (migration 10)',
       const claimed = await store.claimJobs({ workerId: 'w', types: [{ type: 'grouped' }, { type: 'other' }], limit: 50, now: T0 });
       assert.equal(claimed.length, 50);
       // The submission's rows carry submitted_at; the claim's is the other: -50 queued, +50 running
-      // (one row, written by the claim itself from migration 20; the trigger wrote two before).
+      // (one row, written by the claim itself, not by the update trigger).
       const rows = await admin(
         async (c) =>
           (await c.query(`SELECT old_state, new_state, n FROM "${store.schema}".job_changes WHERE submitted_at IS NULL ORDER BY old_state NULLS LAST`)).rows,
@@ -128,39 +101,9 @@ describe('postgres: the stats change log, grouped per statement (migration 10)',
       await store.close();
     }
   });
-
-  it('changes logged one per job before migration 10 fold with the grouped ones after it', async () => {
-    const schema = `t${++schemas}`;
-    const at = 9; // the version before migration 10 (later migrations follow it)
-    await schemaAtVersion(schema, at);
-    await admin(async (c) => {
-      // Written by the previous release: 30 queued jobs, then 12 of them claimed (one change row each).
-      for (let i = 0; i < 30; i++) {
-        await c.query(
-          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
-           VALUES ($1, 'acme', 'old', 'queued', 2, 3, $2, $2, $2, 30000, 60000, '[]')`,
-          [newJob().id, T0 + i],
-        );
-      }
-      await c.query(`UPDATE "${schema}".jobs SET state = 'running', started_at = $1 WHERE id IN (SELECT id FROM "${schema}".jobs ORDER BY id LIMIT 12)`, [T0]);
-      assert.equal(Number((await c.query(`SELECT count(*) FROM "${schema}".job_changes WHERE new_state = 'running'`)).rows[0].count), 12);
-    });
-    const store = new PostgresStore({ connectionString: db.url, schema });
-    try {
-      assert.deepEqual(await store.migrate(), { from: at, to: MIGRATIONS.length });
-      assert.deepEqual(nonZero(await store.countByState({})), { queued: 18, running: 12 });
-      await store.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 5, now: T0 });
-      assert.deepEqual(nonZero(await store.countByState({})), { queued: 13, running: 17 });
-      await store.compactStats({ before: 0 });
-      assert.deepEqual(nonZero(await store.countByState({})), await tableCounts(schema));
-      assert.deepEqual(nonZero(await store.countByState({})), { queued: 13, running: 17 });
-    } finally {
-      await store.close();
-    }
-  });
 });
 
-describe("postgres: a claim's log entry waits in the row until the job's next change (migration 16)", () => {
+describe("postgres: a claim's log entry waits in the row until the job's next change", () => {
   const claimEntry = (at: number, attempt: number, worker: string) => ({ from: 'queued', to: 'running', at, reason: 'claimed', attempt, workerId: worker });
   const logColumn = (schema: string, id: string) =>
     admin(async (c) => String((await c.query(`SELECT log FROM "${schema}".jobs WHERE id = $1`, [id])).rows[0]?.log));
@@ -200,43 +143,6 @@ describe("postgres: a claim's log entry waits in the row until the job's next ch
     }
   });
 
-  it('a job claimed before the upgrade (its entry written by the claim) keeps one claim entry', async () => {
-    const schema = `t${++schemas}`;
-    await schemaAtVersion(schema, 15);
-    const job = newJob({ type: 'old' });
-    await admin(async (c) => {
-      await c.query(
-        `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
-         VALUES ($1, 'default', 'old', 'queued', 2, 3, $2, $2, $2, 30000, 60000, '[null,"queued",${T0},"submitted",0,null]')`,
-        [job.id, T0],
-      );
-      // The claim of migration 15 appends its entry.
-      await c.query(
-        `SELECT * FROM "${schema}".claim_cycle('[]', 0, 'w-old', '{old}', '{NULL}', 1, $1, '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`,
-        [T0 + 1],
-      );
-    });
-    assert.equal((await logColumn(schema, job.id)).match(/claimed/g)?.length, 1);
-    const store = new PostgresStore({ connectionString: db.url, schema });
-    try {
-      assert.deepEqual(await store.migrate(), { from: 15, to: MIGRATIONS.length });
-      const claimed = (await store.getJob({ id: job.id })) as JobRecord;
-      assert.equal(claimed.state, 'running');
-      assert.equal(((await store.getTransitions({ id: job.id })) ?? []).filter((e) => e.reason === 'claimed').length, 1);
-      const [ended] = await store.transition({
-        items: [{ id: job.id, from: 'running', to: 'succeeded', lease: claimed.lease, reason: 'completed', at: T0 + 2, patch: { finishedAt: T0 + 2 } }],
-      });
-      assert.equal(ended, true);
-      const log = (await store.getTransitions({ id: job.id })) ?? [];
-      assert.deepEqual(
-        log.map((e) => e.reason),
-        ['submitted', 'claimed', 'completed'],
-      );
-      assertLogReplays(log, (await store.getJob({ id: job.id })) as JobRecord);
-    } finally {
-      await store.close();
-    }
-  });
 });
 
 // ---- helpers for the PostgreSQL-specific tests ----
@@ -253,19 +159,6 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>, url = db.url): Promise
   } finally {
     await c.end();
   }
-}
-
-/** Schema `schema` at migration `version`, as a database written by an older release is. */
-async function schemaAtVersion(schema: string, version: number): Promise<void> {
-  const rendered = renderMigrations(schema);
-  await admin(async (c) => {
-    await c.query(`CREATE SCHEMA "${schema}"`);
-    await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-    for (let v = 0; v < version; v++) {
-      await c.query(rendered[v] as string);
-      await c.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v + 1]);
-    }
-  });
 }
 
 /** Ends the sessions on database `url` whose application name matches. */
@@ -292,7 +185,7 @@ after(async () => {
   await killAllChildren();
 });
 
-describe("postgres: worker_cycle takes retention 0's successes as arrays (migration 18)", () => {
+describe("postgres: worker_cycle takes retention 0's successes as arrays", () => {
   it('a claimed job reads the same as the job read back, though its row leaves out what the claim set', async () => {
     const store = await openStore();
     try {
@@ -324,31 +217,6 @@ describe("postgres: worker_cycle takes retention 0's successes as arrays (migrat
     }
   });
 
-  it("claim_cycle, the previous version's worker call, still completes and claims after the upgrade", async () => {
-    const store = await openStore();
-    try {
-      await store.insertJobs({ jobs: [newJob({ type: 'old' }), newJob({ type: 'old' })] });
-      const [a] = await store.claimJobs({ workerId: 'w-old', types: [{ type: 'old' }], limit: 1, now: T0 + 1 });
-      assert.ok(a);
-      // The call a process of the previous version makes: its success as JSON (deleted: retention 0), and a claim.
-      const item = { o: 1, r: 1, id: a.id, f: 'running', t: 'succeeded', why: 'completed', w: 'w-old', at: T0 + 2, l: a.lease, d: true, m: 154, result: null, finished_at: T0 + 2, expires_at: T0 + 60_002 };
-      const rows = await admin(async (c) =>
-        (
-          await c.query({
-            text: `SELECT applied, id::text FROM "${store.schema}".claim_cycle($1::json, 1, 'w-old', ARRAY['old'], ARRAY[NULL]::integer[], 5, $2, ARRAY[NULL]::integer[], ARRAY[NULL]::integer[], ARRAY[NULL]::bigint[], NULL, '{}', '{}', NULL)`,
-            values: [JSON.stringify([item]), T0 + 2],
-            rowMode: 'array',
-          })
-        ).rows,
-      );
-      assert.deepEqual(rows[0], [[-1], null], 'the success applied, and deleted its job');
-      assert.equal(rows.length, 2, 'then the other job, claimed');
-      assert.equal(await store.getJob({ id: a.id }), null);
-      assert.equal((await store.getJob({ id: String(rows[1]?.[1]) }))?.workerId, 'w-old');
-    } finally {
-      await store.close();
-    }
-  });
 });
 
 describe('PostgresStore specifics', () => {
@@ -367,7 +235,7 @@ describe('PostgresStore specifics', () => {
       );
     }
     assert.equal(exits.length, 4);
-    const versions = await admin(async (c) => (await c.query(`SELECT version FROM "${schema}".migrations ORDER BY version`)).rows.map((r) => r.version));
+    const versions = await admin(async (c) => (await c.query(`SELECT version FROM "${schema}".schema_migrations ORDER BY version`)).rows.map((r) => r.version));
     assert.deepEqual(
       versions,
       Array.from({ length: PostgresStore.latestVersion }, (_, i) => i + 1),
@@ -378,70 +246,6 @@ describe('PostgresStore specifics', () => {
       assert.equal((await store.insertJob({ job: newJob() })).kind, 'created');
     } finally {
       await store.close();
-    }
-  });
-
-  it('a version-2 schema upgrades to workflows: its jobs read back, promote, claim and complete as before', async () => {
-    const schema = 'from_v2';
-    await schemaAtVersion(schema, 2);
-    const old = new PostgresStore({ connectionString: db.url, schema });
-    try {
-      const due = newJob({ type: 'old', state: 'pending', runAt: T0 + 10 });
-      // Inserted through the version-2 columns only (the store's insert names columns added later).
-      await admin((c) =>
-        c.query(
-          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log)
-           VALUES ($1, $2, $3, $4, 2, $5, $6, $7, $7, $8, $9, $10)`,
-          [due.id, due.tenant, due.type, due.state, due.maxAttempts, due.runAt, due.createdAt, due.heartbeatTimeoutMs, due.resultTtlMs, `[null,"pending",${due.createdAt},"submitted",0,null]`],
-        ),
-      );
-      assert.deepEqual(await old.migrate(), { from: 2, to: PostgresStore.latestVersion });
-      const job = await old.getJob({ id: due.id });
-      assert.deepEqual([job?.workflow, job?.wait, job?.childrenTotal], [null, null, 0]);
-      const [claimed] = await old.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 + 10 });
-      assert.equal(claimed?.id, due.id);
-      assert.equal(claimed?.childrenTotal, 0);
-      const { applied } = await old.completeAndClaim({
-        complete: [{ id: due.id, from: 'running', to: 'succeeded', lease: claimed.lease, reason: 'done', at: T0 + 11 }],
-        claim: { workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 + 11 },
-      });
-      assert.deepEqual(applied, [true]);
-      assert.deepEqual(
-        (await old.getTransitions({ id: due.id }))?.map((e) => e.reason),
-        ['submitted', 'due', 'claimed', 'done'],
-      );
-    } finally {
-      await old.close();
-    }
-  });
-
-  it("a version-5 schema upgrades to dead letters: jobs failed before are grouped by their error's code, new failures are recorded", async () => {
-    const schema = 'from_v5';
-    await schemaAtVersion(schema, 5);
-    const old = new PostgresStore({ connectionString: db.url, schema });
-    try {
-      const before = newJob({ type: 'old' });
-      // A job that failed under version 5 (written in its columns: the store's own statements
-      // name columns added later): no attempt row, no error_code column yet.
-      await admin((c) =>
-        c.query(
-          `INSERT INTO "${schema}".jobs (id, tenant, type, state, priority, max_attempts, run_at, created_at, updated_at, heartbeat_timeout_ms, result_ttl_ms, log, error, finished_at, attempts, lease)
-           VALUES ($1, 'acme', 'old', 'failed', 2, 3, $2, $2, $3, 30000, 60000, $4, $5::json, $3, 1, 1)`,
-          [before.id, T0, T0 + 1, `[null,"queued",${T0},"submitted",0,null]`, JSON.stringify({ message: 'm', code: 'OLD_CODE', retryable: false })],
-        ),
-      );
-      assert.deepEqual(await old.migrate(), { from: 5, to: PostgresStore.latestVersion });
-      assert.deepEqual(await old.deadLetterGroups({ filter: {}, limit: 10 }), [{ tenant: 'acme', type: 'old', code: 'OLD_CODE', count: 1, lastFailedAt: T0 + 1 }]);
-      assert.deepEqual(await old.listAttempts({ id: before.id, limit: 10 }), []);
-      const after = newJob({ type: 'old' });
-      await old.insertJob({ job: after });
-      const [c2] = await old.claimJobs({ workerId: 'w', types: [{ type: 'old' }], limit: 1, now: T0 + 2 });
-      assert.ok(c2);
-      assert.deepEqual(await old.transition({ items: [{ id: after.id, from: 'running', to: 'failed', lease: c2.lease, reason: 'fatal', at: T0 + 3, patch: { error: { message: 'm', code: 'NEW_CODE', retryable: false }, finishedAt: T0 + 3 } }] }), [true]);
-      assert.deepEqual((await old.listAttempts({ id: after.id, limit: 10 }))?.map((a) => a.error?.code), ['NEW_CODE']);
-      assert.equal((await old.deadLetterGroups({ filter: {}, limit: 10 })).length, 2);
-    } finally {
-      await old.close();
     }
   });
 
@@ -469,10 +273,48 @@ describe('PostgresStore specifics', () => {
     }
   });
 
+  it('refuses a schema made by a pre-release build (its own migrations table of 20 steps), saying so and what to do', async () => {
+    const schema = `t${++schemas}`;
+    await admin(async (c) => {
+      await c.query(`CREATE SCHEMA "${schema}"`);
+      await c.query(`CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      await c.query(`INSERT INTO "${schema}".migrations (version) SELECT generate_series(1, 20)`);
+    });
+    const store = new PostgresStore({ connectionString: db.url, schema });
+    try {
+      await assert.rejects(store.migrate(), (err: Error) => {
+        assert.match(err.message, new RegExp(`schema "${schema}" was created by a pre-release build of Longhaul`));
+        assert.match(err.message, /DROP SCHEMA/);
+        return true;
+      });
+      // Nothing was created beside it.
+      assert.equal(await admin(async (c) => (await c.query('SELECT to_regclass($1) AS r', [`"${schema}".schema_migrations`])).rows[0].r), null);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('migrate(to) stops at that version; a version past the latest is refused', async () => {
+    const schema = `t${++schemas}`;
+    const store = new PostgresStore({ connectionString: db.url, schema });
+    try {
+      assert.deepEqual(await store.migrate(1), { from: 0, to: 1 });
+      assert.equal(await store.schemaVersion(), 1);
+      await assert.rejects(store.migrate(PostgresStore.latestVersion + 1), /knows versions 1 to/);
+      assert.deepEqual(await store.migrate(), { from: 1, to: PostgresStore.latestVersion });
+      assert.deepEqual(
+        await admin(async (c) => (await c.query(`SELECT version, name FROM "${schema}".schema_migrations ORDER BY version`)).rows),
+        [{ version: 1, name: 'baseline' }],
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
   it('refuses a schema newer than this version of Longhaul', async () => {
     const store = await openStore();
     try {
-      await store.pool.query(`INSERT INTO "${store.schema}".migrations (version) VALUES ($1)`, [PostgresStore.latestVersion + 1]);
+      await store.pool.query(`INSERT INTO "${store.schema}".schema_migrations (version, name) VALUES ($1, 'future')`, [PostgresStore.latestVersion + 1]);
       await assert.rejects(store.migrate(), /newer than this Longhaul/);
     } finally {
       await store.close();
@@ -602,7 +444,10 @@ describe('PostgresStore specifics', () => {
         assert.equal((await limited).length, 2);
         // Claims refuse to run with a snapshot per transaction (the lock would not protect the count).
         await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-        await assert.rejects(c.query(`SELECT * FROM "${store.schema}".claim_cycle('[]', 0, 'w', '{lim}', '{2}', 5, $1, '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`, [T0]), /READ COMMITTED/);
+        await assert.rejects(
+          c.query(`SELECT * FROM "${store.schema}".worker_cycle('{}', '{}', '{}', '{}', '{}', '{}', '[]', 0, 'w', '{lim}', '{2}', 5, $1, '{NULL}', '{NULL}', '{NULL}', NULL, '{}', '{}', NULL)`, [T0]),
+          /READ COMMITTED/,
+        );
         await c.query('ROLLBACK');
       });
     } finally {

@@ -12,7 +12,7 @@ import { readMigrationFiles } from '../../src/store/migration-files.js';
 
 const RELEASED: Record<'sqlite' | 'postgres', Record<string, string>> = {
   sqlite: { '0001_baseline.sql': '274621ba989e27101dfec2be735f946606a7ab0fa4709d6af18ecb9d9fd38b05' },
-  postgres: {},
+  postgres: { '0001_baseline.sql': '60a0c9b8b921b36b7b3a7e83f48b6b39675dc7c9338f4b30af5dbc6dcac71ef4' },
 };
 
 for (const store of ['sqlite', 'postgres'] as const) {

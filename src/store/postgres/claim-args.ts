@@ -1,5 +1,5 @@
 /**
- * A claim's rules as the arguments of PostgreSQL's complete_and_claim (claim-sql.ts): the task
+ * A claim's rules as the arguments of PostgreSQL's worker_cycle (migrations/0001_baseline.sql): the task
  * types with their limits, and the tenant caps, as parallel arrays.
  */
 import type { ClaimParams, TenantCaps } from '../store.js';

@@ -1,6 +1,6 @@
 /**
  * PostgresStore's part of the dead-letter contract (DeadLetterStore in ../dead-letter-store.ts):
- * reading the attempt history (written by apply_transitions, schema.ts migration 8), and the
+ * reading the attempt history (written by apply_transitions, migrations/0001_baseline.sql), and the
  * failed jobs by group, page and filter. Reads only. The filters follow the index
  * jobs_dead_letters (tenant, type, error_code, finished_at, id; failed jobs only), which covers
  * the grouped listing (an index-only scan).

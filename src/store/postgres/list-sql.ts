@@ -41,7 +41,7 @@ export function listJobsSql(s: string, params: ListJobsParams): ListJobsStatemen
     return { name: `list_${shape}`, text, values, limit };
   }
   // A tenant's jobs by id (jobs_tenant) leave out its running ones (a claim writes no entry
-  // there, migration 13): those are read apart (jobs_running holds only running jobs, few),
+  // there): those are read apart (jobs_running holds only running jobs, few),
   // and the two are merged. A branch the state filter rules out is left out.
   const states = params.states && params.states.length > 0 ? params.states : null;
   const idle = states === null || states.some((st) => st !== 'running');

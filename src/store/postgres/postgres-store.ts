@@ -3,14 +3,14 @@
  * and worker processes on any number of machines.
  *
  * - Round trips: a worker's cycle (its completions, then a claim) is one call of the SQL
- *   function `worker_cycle` (migration 18; `claim_cycle` before), one round trip and one
+ *   function `worker_cycle` (migrations/0001_baseline.sql), one round trip and one
  *   transaction whatever the batch size;
  *   `transition` is one call of `apply_transitions`; every other operation is one statement.
  *   Fixed statements are prepared once per connection (named statements).
  * - Claims take rows with FOR UPDATE SKIP LOCKED in queue order (priority, runAt, id).
  *   Per-type `concurrency` holds exactly across all workers: claims of a limited type take a
  *   transaction-level advisory lock on the type and count its running jobs after getting it
- *   (see schema.ts). Unlimited types never wait for each other.
+ *   (see migrations/0001_baseline.sql, "The claim"). Unlimited types never wait for each other.
  * - Every transition is a compare-and-swap on (id, state[, lease][, cancel flag]) and appends
  *   its log row in the same statement. Progress lives in its own (UNLOGGED) table: saving
  *   progress never writes a new version of the job row.
@@ -56,7 +56,8 @@ import { PgStatsOps } from './stats-ops.js';
 import { PgLeaseOps } from './lease-ops.js';
 import { PgResultFileOps } from './result-file-ops.js';
 import { PgWebhookOps } from './webhook-ops.js';
-import { channelName, MIGRATIONS, renderMigrations, SCHEMA_NAME } from './schema.js';
+import { channelName, migrationFiles, renderMigrations, SCHEMA_NAME } from './schema.js';
+import { pendingMigrations, preReleaseSchemaError } from '../migration-files.js';
 import { pendingClaim } from './log-sql.js';
 import { SessionLock } from './session-lock.js';
 import { LISTEN_NAME_SUFFIX, ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
@@ -176,9 +177,9 @@ export class PostgresStore implements Store {
     const sweep = (where: string) => `SELECT ${JOB_SELECT} ${from} WHERE ${where} LIMIT $2`;
     return {
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
-      // (A claim's entry waits in the row until the job's next change: migration 16.)
+      // (A claim's entry waits in the row until the job's next change: see "Wire formats" in migrations/0001_baseline.sql.)
       transitions: `SELECT j.tenant, '[' || j.log || ${pendingClaim('j')} || ']' FROM ${s}.jobs j WHERE j.id = $1`,
-      // (Migration 18; claim_cycle, the same without the first six arguments, stays for processes of the previous version.)
+      // (The worker's cycle: migrations/0001_baseline.sql, "The claim".)
       cycle: `SELECT * FROM ${s}.worker_cycle($1::uuid[], $2::integer[], $3::integer[], $4::bigint[], $5::bigint[], $6::text[],
         $7::json, $8, $9, $10::text[], $11::integer[], $12, $13, $14::integer[], $15::integer[], $16::bigint[], $17, $18::text[], $19::integer[], $20)`,
       apply: `SELECT ${s}.apply_transitions($1::json, $2)`,
@@ -229,43 +230,56 @@ export class PostgresStore implements Store {
   // ---- schema ---------------------------------------------------------------------------
 
   /**
-   * Applies pending migrations in one transaction under an advisory lock on the schema's
-   * name: concurrent migrations (several processes starting at once) apply each version once.
+   * Applies pending migrations (the files of migrations/, up to `to` or the latest) in one
+   * transaction under an advisory lock on the schema's name: concurrent migrations (several
+   * processes on several machines starting at once) apply each version once; the others wait,
+   * then find nothing to do. Applied versions are rows of `<schema>.schema_migrations`.
    */
-  async migrate(): Promise<MigrationResult> {
+  async migrate(to?: number): Promise<MigrationResult> {
     const migrations = renderMigrations(this.schema);
     return this.inTransaction(async (client) => {
       await client.query('SELECT pg_advisory_xact_lock(hashtext($1), 0)', [`${this.schema}:migrate`]);
+      const found = await client.query<{ old: boolean; current: boolean }>(
+        'SELECT to_regclass($1) IS NOT NULL AS old, to_regclass($2) IS NOT NULL AS current',
+        [`${this.s}.migrations`, `${this.s}.schema_migrations`],
+      );
+      const { old, current: tracked } = found.rows[0] as { old: boolean; current: boolean };
+      if (old && !tracked) {
+        throw preReleaseSchemaError(
+          `PostgreSQL schema "${this.schema}"`,
+          `drop it (DROP SCHEMA "${this.schema}" CASCADE; its jobs are lost) or configure another schema`,
+        );
+      }
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.s}`);
-      await client.query(`CREATE TABLE IF NOT EXISTS ${this.s}.migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-      const res = await client.query<{ v: number }>(`SELECT coalesce(max(version), 0)::integer AS v FROM ${this.s}.migrations`);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${this.s}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      const res = await client.query<{ v: number }>(`SELECT coalesce(max(version), 0)::integer AS v FROM ${this.s}.schema_migrations`);
       const current = res.rows[0]?.v ?? 0;
-      if (current > migrations.length) {
-        throw new Error(`database schema version ${current} is newer than this Longhaul (${migrations.length}); upgrade Longhaul`);
+      const pending = pendingMigrations(migrations, current, to);
+      for (const m of pending) {
+        await client.query(m.sql);
+        await client.query(`INSERT INTO ${this.s}.schema_migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
       }
-      for (let v = current; v < migrations.length; v++) {
-        await client.query(migrations[v] as string);
-        await client.query(`INSERT INTO ${this.s}.migrations (version) VALUES ($1)`, [v + 1]);
-      }
-      return { from: current, to: migrations.length };
+      return { from: current, to: pending.at(-1)?.version ?? current };
     });
   }
 
   async schemaVersion(): Promise<number> {
     const res = await this.pool.query<{ v: number }>(
-      `SELECT CASE WHEN to_regclass($1) IS NULL THEN 0 ELSE (SELECT coalesce(max(version), 0)::integer FROM ${this.s}.migrations) END AS v`,
-      [`${this.s}.migrations`],
+      `SELECT CASE WHEN to_regclass($1) IS NULL THEN 0 ELSE (SELECT coalesce(max(version), 0)::integer FROM ${this.s}.schema_migrations) END AS v`,
+      [`${this.s}.schema_migrations`],
     );
     return res.rows[0]?.v ?? 0;
   }
 
   async ping(): Promise<void> {
-    await this.rows('ping', `SELECT 1 FROM ${this.s}.migrations LIMIT 1`, []);
+    await this.rows('ping', `SELECT 1 FROM ${this.s}.schema_migrations LIMIT 1`, []);
   }
 
   /** Number of migrations this version of Longhaul knows. */
   static get latestVersion(): number {
-    return MIGRATIONS.length;
+    return migrationFiles().length;
   }
 
   async close(): Promise<void> {
@@ -307,7 +321,7 @@ export class PostgresStore implements Store {
     return { items, nextCursor: rows.length > limit && last ? encodeJobCursor(last.id) : null };
   }
 
-  // ---- stats: stats-ops.ts (counters kept by the triggers of stats-schema.ts) ----------------
+  // ---- stats: stats-ops.ts (counters kept by the baseline's statistics triggers) -------------
 
   countByState: JobQueueStore['countByState'] = (p) => this.stats.countByState(p);
   countByTypeAndState: JobQueueStore['countByTypeAndState'] = (p) => this.stats.countByTypeAndState(p);
@@ -336,7 +350,7 @@ export class PostgresStore implements Store {
   private async cycle(complete: TransitionParams[], claim: ClaimParams): Promise<ClaimCycle> {
     const applied = complete.map(() => false);
     const deleted = complete.map(() => false);
-    // Retention 0's successes as arrays, the other completions as JSON (migration 18).
+    // Retention 0's successes as arrays (end_succeeded), the other completions as JSON.
     const ended = endedArrays(complete, claim.workerId);
     const { json, rounds } = encodeTransitions(complete, ended.skip);
     const limit = claim.types.length > 0 ? Math.max(0, Math.floor(claim.limit)) : 0;
@@ -371,8 +385,8 @@ export class PostgresStore implements Store {
     const jobs: JobRecord[] = [];
     let wakeAt: number | undefined;
     for (const r of rows) {
-      // One row with every applied ordinal (claim_cycle, migration 15; worker_cycle), then the claimed jobs.
-      // The last column: the wake row's time, or a job's claim time when a rate limit moved it past `now` (migration 19).
+      // One row with every applied ordinal, then the claimed jobs (worker_cycle). The last column:
+      // the wake row's time, or a job's claim time when a rate limit moved it past `now`.
       const last = r[r.length - 1];
       if (r[0] !== null) for (const o of r[0] as number[]) markApplied(o, applied, deleted);
       else if (r[1] === null) wakeAt = Number(last);

@@ -66,7 +66,7 @@ export class PgRetentionOps {
 
   async countOpenJobs(params: { tenant?: string; type?: string }): Promise<number> {
     const open = `state NOT IN ${ENDED_SQL} AND ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR type = $2)`;
-    // A tenant's running jobs apart (jobs_running): jobs_tenant leaves them out (migration 13).
+    // A tenant's running jobs apart (jobs_running): jobs_tenant leaves them out.
     const text =
       params.tenant === undefined
         ? `SELECT count(*)::integer FROM ${this.s}.jobs WHERE ${open}`

@@ -1,7 +1,6 @@
 /**
- * How job rows are read: one select list (the same columns, in the same order, as the rows
- * `claim_cycle` returns after its `applied` column; `worker_cycle`'s claimed rows leave out what the
- * claim set), read in array mode, and turned into JobRecords here. JSON columns are read as text
+ * How job rows are read: one select list (JOB_COLUMNS; `worker_cycle`'s claimed rows, after their
+ * `applied` column, are the same columns in the same order less what the claim set), read in array mode, and turned into JobRecords here. JSON columns are read as text
  * and parsed here, so that a caller's client with its own type parsers (transactional enqueue)
  * reads the same values; bigints arrive as strings.
  */
@@ -27,7 +26,7 @@ function indexOf(columns: readonly string[]): Index {
 const FULL = indexOf(COLUMNS);
 
 /**
- * What a claimed row of worker_cycle leaves out (claim-rows-sql.ts claimedRows, version 18): what the
+ * What a claimed row of worker_cycle leaves out (migrations/0001_baseline.sql): what the
  * claim set (running, the worker, started and heartbeat at the claim's time, not stalled) and a
  * waiting job's wait. The other columns come in JOB_COLUMNS order.
  */

@@ -1,5 +1,5 @@
 /**
- * PostgresStore's stats reads and their upkeep, over the tables of stats-schema.ts. Every read is
+ * PostgresStore's stats reads and their upkeep, over the statistics tables of migrations/0001_baseline.sql. Every read is
  * one statement that adds the folded counters and the changes not yet folded (one snapshot, so
  * exact); its cost is the number of counter rows plus the change rows since the last compaction
  * (each weighed by its count `n`: a statement's changes are grouped, see STATS_BATCH_MIGRATION).
@@ -78,7 +78,7 @@ export class PgStatsOps {
     const dropZero = Date.now() - this.lastZeroDrop >= 60_000;
     if (dropZero) this.lastZeroDrop = Date.now();
     const res = await this.pool.query<{ n: number }>({ name: 'lh_stats_compact', text: `SELECT ${this.s}.compact_stats($1, $2) AS n`, values: [params.before, dropZero] });
-    // The reaps of minutes before the window (migration 11), with the zero counters' cadence: a few rows a minute.
+    // The reaps of minutes before the window, with the zero counters' cadence: a few rows a minute.
     if (dropZero) await this.pool.query({ name: 'lh_stats_reaps_drop', text: `DELETE FROM ${this.s}.job_reaps WHERE minute < $1`, values: [Math.floor(params.before / 60_000)] });
     const folded = Number(res.rows[0]?.n ?? 0);
     if (folded <= 0) return;
@@ -88,7 +88,7 @@ export class PgStatsOps {
     this.foldedSinceVacuum = 0;
     this.lastVacuum = now;
     // SKIP_LOCKED: never waits for a lock. A vacuum that fails (a role that may not vacuum) is
-    // tried again later; autovacuum is the backstop (see stats-schema.ts).
+    // tried again later; autovacuum is the backstop (see job_changes in migrations/0001_baseline.sql).
     await this.pool.query(`VACUUM (SKIP_LOCKED) ${this.s}.job_changes`).catch(() => undefined);
   }
 }

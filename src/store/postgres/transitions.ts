@@ -1,6 +1,7 @@
 /**
  * Transitions as PostgresStore sends them: checked against core's table, then encoded as the
- * JSON that the SQL function apply_transitions reads (schema.ts). Shared by the store and its
+ * JSON that the SQL function apply_transitions reads (its format: migrations/0001_baseline.sql,
+ * "Wire formats"). Shared by the store and its
  * workflow operations (workflow-ops.ts), which write their state changes the same way.
  */
 import { compareIds, isUuid } from '../../core/ids.js';
@@ -14,7 +15,27 @@ export function checkTransition(p: TransitionParams): void {
 }
 
 /**
- * Transitions as the JSON that apply_transitions reads (see schema.ts). A job named more than
+ * The patch mask's bits (item key `m`): which patch fields an item sets. The same numbers as the
+ * table in migrations/0001_baseline.sql, "Wire formats" (test/unit/postgres-schema-agreement.test.ts
+ * compares them).
+ */
+export const PATCH = {
+  run_at: 1,
+  result: 2,
+  error: 4,
+  finished_at: 8,
+  expires_at: 16,
+  reset_attempts: 32,
+  refund_attempt: 64,
+  clear_checkpoint: 128,
+  request_cancel: 256,
+  clear_cancel: 512,
+  stalled: 1024,
+} as const;
+
+/**
+ * Transitions as the JSON that apply_transitions reads (see "Wire formats" in
+ * migrations/0001_baseline.sql). A job named more than
  * once goes into later rounds so its items apply in order; within a round items are sorted by
  * id, so concurrent batches lock rows in the same order. Items with an id that cannot exist
  * (not a UUID) are left out: they lose. Items marked in `skip` are left out too (sent as
@@ -46,34 +67,34 @@ export function encodeTransitions(items: readonly TransitionParams[], skip?: rea
     if (p.cancelRequested !== undefined) e.q = p.cancelRequested;
     let m = 0;
     if (patch.runAt !== undefined) {
-      m |= 1;
+      m |= PATCH.run_at;
       e.run_at = patch.runAt;
     }
     if (patch.result !== undefined) {
-      m |= 2;
+      m |= PATCH.result;
       e.result = patch.result;
     }
     if (patch.error !== undefined) {
-      m |= 4;
+      m |= PATCH.error;
       e.error = patch.error;
     }
     if (patch.finishedAt !== undefined) {
-      m |= 8;
+      m |= PATCH.finished_at;
       e.finished_at = patch.finishedAt;
     }
     if (patch.expiresAt !== undefined) {
-      m |= 16;
+      m |= PATCH.expires_at;
       e.expires_at = patch.expiresAt;
     }
-    if (patch.resetAttempts) m |= 32;
-    else if (patch.refundAttempt) m |= 64;
-    if (patch.clearCheckpoint) m |= 128;
+    if (patch.resetAttempts) m |= PATCH.reset_attempts;
+    else if (patch.refundAttempt) m |= PATCH.refund_attempt;
+    if (patch.clearCheckpoint) m |= PATCH.clear_checkpoint;
     if (patch.cancelRequest) {
-      m |= 256;
+      m |= PATCH.request_cancel;
       e.cancel_reason = patch.cancelRequest.reason;
-    } else if (patch.cancelRequest === false) m |= 512;
+    } else if (patch.cancelRequest === false) m |= PATCH.clear_cancel;
     if (patch.stalled !== undefined) {
-      m |= 1024;
+      m |= PATCH.stalled;
       e.stalled = patch.stalled;
     }
     // Not a patch field: the attempt history's copy of the stack (apply_transitions, job_attempts).
@@ -87,7 +108,7 @@ export function encodeTransitions(items: readonly TransitionParams[], skip?: rea
 
 /**
  * The jobs a worker ended as succeeded and asks to delete (retention 0), as the parallel arrays
- * that worker_cycle takes (end_succeeded in transition-sql.ts), each as PostgreSQL array text:
+ * that worker_cycle takes (end_succeeded in migrations/0001_baseline.sql), each as PostgreSQL array text:
  * ids, leases, ordinals, end times, expiry times, results as JSON text.
  */
 export interface EndedArrays {

@@ -6,7 +6,7 @@
  * transaction that first locks the job row (FOR UPDATE): a suspend and a signal for the same job
  * are serialised, so a signal is either seen by the suspend (consumed at once) or sees the wait
  * (wakes the job), never neither. State changes go through apply_transitions, the store's
- * compare-and-swap with its log entry and its wake-up of idle workers (schema.ts), and children
+ * compare-and-swap with its log entry and its wake-up of idle workers (migrations/0001_baseline.sql), and children
  * through the store's bulk insert, on the same transaction.
  */
 import type pg from 'pg';
