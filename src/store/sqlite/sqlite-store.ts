@@ -78,11 +78,11 @@ export interface SqliteStoreOptions {
 
 const JOB_ROW = jobJson('j');
 
-let files: MigrationFile[] | null = null;
+let migrationFilesRead: MigrationFile[] | null = null;
 /** The schema's migration files (migrations/0001_baseline.sql, …), read at the first migrate. */
 function migrationFiles(): MigrationFile[] {
-  files ??= readMigrationFiles(new URL('./migrations/', import.meta.url));
-  return files;
+  migrationFilesRead ??= readMigrationFiles(new URL('./migrations/', import.meta.url));
+  return migrationFilesRead;
 }
 
 interface HotStatements {
