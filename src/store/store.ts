@@ -418,6 +418,12 @@ export interface JobQueueStore {
    * without it (SQLite) let every sweeper run.
    */
   tryAcquireSweeperLock?(): Promise<boolean>;
+  /**
+   * Gives the sweeper role up (a stopped sweeper calls it), so that another process takes it at
+   * its next try even while this store stays open (a Longhaul closed over a store its caller
+   * keeps). A later tryAcquireSweeperLock may take it again.
+   */
+  releaseSweeperLock?(): Promise<void>;
 }
 
 export type * from './dead-letter-store.js';

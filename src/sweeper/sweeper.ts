@@ -104,6 +104,8 @@ export class Sweeper {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.running?.catch(() => undefined);
+    // Hand the role on now: the store may outlive this sweeper (a caller's own store).
+    await this.options.store.releaseSweeperLock?.().catch(() => undefined);
   }
 
   /** A part of a pass failed (the pass goes on): an outage's lines, or the error with `what`. */

@@ -722,6 +722,39 @@ describe('PostgresStore specifics', () => {
       await Promise.all([a.close(), b.close(), c.close()]);
     }
   });
+
+  it("a stopped sweeper hands the role on though its store stays open (a Longhaul closed over the caller's store)", async () => {
+    const a = await openStore();
+    const b = new PostgresStore({ connectionString: db.url, schema: a.schema });
+    try {
+      assert.equal(await a.tryAcquireSweeperLock(), true);
+      await a.releaseSweeperLock();
+      assert.equal(await b.tryAcquireSweeperLock(), true, 'released at once');
+      assert.equal(await a.tryAcquireSweeperLock(), false);
+      await b.releaseSweeperLock();
+      // Through Longhaul: an instance over a store it does not own stops its sweeper on close.
+      const noop = defineTask({ type: 'sweeper.noop', run: () => null });
+      const lh = await Longhaul.open({ store: a, tasks: [noop], logger: quiet, channel: false, sweepIntervalMs: 20 });
+      let closed = false;
+      try {
+        await lh.startWorker({ concurrency: 1 });
+        // b looks and lets go at once, so the instance's next pass can take the role.
+        const taken = async () => {
+          const got = await b.tryAcquireSweeperLock();
+          if (got) await b.releaseSweeperLock();
+          return !got;
+        };
+        await waitFor(async () => ((await taken()) ? true : undefined), 'the instance to be the sweeper');
+        await lh.close({ drainMs: 0 });
+        closed = true;
+        assert.equal(await b.tryAcquireSweeperLock(), true, 'the closed instance no longer holds the role');
+      } finally {
+        if (!closed) await lh.close({ drainMs: 0 });
+      }
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
 });
 
 describe('Longhaul on PostgreSQL', () => {

@@ -435,6 +435,10 @@ export class PostgresStore implements Store {
     return this.sweeperLock.tryAcquire();
   }
 
+  releaseSweeperLock(): Promise<void> {
+    return this.sweeperLock.release();
+  }
+
   async pollChanges(): Promise<boolean> {
     return this.listener.take();
   }

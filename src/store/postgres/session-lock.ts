@@ -52,7 +52,15 @@ export class SessionLock {
     return client;
   }
 
-  /** Releases the lock by ending the session. */
+  /** Gives the lock up (ends the session); a later tryAcquire opens a new one. */
+  async release(): Promise<void> {
+    const c = this.client;
+    this.client = null;
+    this.held = false;
+    if (c) await c.end().catch(() => undefined);
+  }
+
+  /** Releases the lock by ending the session, for good. */
   async close(): Promise<void> {
     this.closed = true;
     const c = this.client;
