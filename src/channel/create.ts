@@ -7,7 +7,7 @@
  */
 import type pg from 'pg';
 import { loadOptional, OPTIONAL_PACKAGES } from '../core/optional-packages.js';
-import type { ListenConnection } from '../postgres/listen-connection.js';
+import type { ListenConnection } from '../store/postgres/listen-connection.js';
 import type { Channel, ChannelLogger } from './channel.js';
 
 export interface CreateChannelOptions {
@@ -53,7 +53,7 @@ export async function createChannel(options: CreateChannelOptions): Promise<Chan
   }
   if (POSTGRES_URL.test(options.databaseUrl)) {
     const [{ postgresNotifyShare }, { PostgresNotifyChannel }] = await loadOptional(OPTIONAL_PACKAGES.postgres, () =>
-      Promise.all([import('../postgres/notify-share.js'), import('./postgres-notify.js')]),
+      Promise.all([import('../store/postgres/notify-share.js'), import('./postgres-notify.js')]),
     );
     const share = postgresNotifyShare(options.storeNotify);
     const pool = options.pool ?? share?.pool;

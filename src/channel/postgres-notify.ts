@@ -1,7 +1,7 @@
 /**
  * A Channel over PostgreSQL LISTEN/NOTIFY: nothing to run besides the database.
  *
- * - Receiving: on a dedicated LISTEN connection (src/postgres/listen-connection.ts): the store's, shared
+ * - Receiving: on a dedicated LISTEN connection (src/store/postgres/listen-connection.ts): the store's, shared
  *   with its wake-ups, when Longhaul.open creates the channel (`listen`), else one of the
  *   channel's own. When it drops (server restart, pg_terminate_backend, network), it is
  *   re-opened with exponential backoff and jitter, LISTEN is issued again, and subscribers get
@@ -32,7 +32,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { CHANNEL_NAME, EVENTS_NAME_SUFFIX, LISTEN_NAME_SUFFIX, ListenConnection, type ListenSubscriber } from '../postgres/listen-connection.js';
+import { CHANNEL_NAME, EVENTS_NAME_SUFFIX, LISTEN_NAME_SUFFIX, ListenConnection, type ListenSubscriber } from '../store/postgres/listen-connection.js';
 import type { Channel, ChannelHandlers, ChannelLogger, Envelope } from './channel.js';
 import { deliverMessage } from './deliver.js';
 import { encodeWithin } from './wire.js';

@@ -320,7 +320,7 @@ export interface StoreCapabilities {
 /**
  * A store's own event relay, in terms no driver owns: the relay of its `kind` reads it
  * (channel/create.ts). What the store shares with that relay (PostgreSQL: its pool and LISTEN
- * connection, postgres/notify-share.ts) is opaque here, so the contract names no driver type.
+ * connection, store/postgres/notify-share.ts) is opaque here, so the contract names no driver type.
  */
 export interface StoreNotify {
   /** Which relay can use it: 'postgres' (LISTEN/NOTIFY, channel/postgres-notify.ts). */

@@ -13,7 +13,7 @@ import { connectBus } from '../../src/channel/bridge.js';
 import { JobBus, type JobEvents } from '../../src/channel/bus.js';
 import type { Channel, ChannelHandlers, Envelope } from '../../src/channel/channel.js';
 import { PostgresNotifyChannel } from '../../src/channel/postgres-notify.js';
-import { ListenConnection } from '../../src/postgres/listen-connection.js';
+import { ListenConnection } from '../../src/store/postgres/listen-connection.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 
 async function waitFor(probe: () => boolean, what: string, timeoutMs = 5000): Promise<void> {

@@ -20,7 +20,7 @@ import { Coalescer } from '../../src/channel/coalescer.js';
 import { deliverMessage } from '../../src/channel/deliver.js';
 import { createChannel } from '../../src/channel/create.js';
 import { NOTIFY_MAX_BYTES, PostgresNotifyChannel, pack } from '../../src/channel/postgres-notify.js';
-import { ListenConnection } from '../../src/postgres/listen-connection.js';
+import { ListenConnection } from '../../src/store/postgres/listen-connection.js';
 import { RedisChannel } from '../../src/channel/redis.js';
 import { decode, encode, encodeWithin } from '../../src/channel/wire.js';
 import type { JobRecord } from '../../src/core/job.js';

@@ -1,13 +1,13 @@
 /**
- * postgres/notify-share.ts: the store contract's notify capability is store-neutral (its
+ * store/postgres/notify-share.ts: the store contract's notify capability is store-neutral (its
  * `shared` part opaque); the channel narrows PostgreSQL's share (pool and LISTEN connection)
  * here, and only a share of that shape.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pg from 'pg';
-import { ListenConnection } from '../../src/postgres/listen-connection.js';
-import { POSTGRES_NOTIFY, postgresNotifyShare } from '../../src/postgres/notify-share.js';
+import { ListenConnection } from '../../src/store/postgres/listen-connection.js';
+import { POSTGRES_NOTIFY, postgresNotifyShare } from '../../src/store/postgres/notify-share.js';
 
 describe('the PostgreSQL share of a notify capability', () => {
   it('is read from a postgres capability, and is absent from none or another kind', async () => {

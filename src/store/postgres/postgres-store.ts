@@ -16,7 +16,7 @@
  *   progress never writes a new version of the job row.
  * - Change signal: writers NOTIFY `<schema>_wake` when jobs may have become claimable;
  *   `pollChanges()` reads the wake-up channel on the process's LISTEN connection (see
- *   wake-listener.ts and src/postgres/listen-connection.ts).
+ *   wake-listener.ts and listen-connection.ts).
  * - The sweeper is elected with a session advisory lock (`tryAcquireSweeperLock`).
  * - Connection loss: errors of idle pooled clients are logged, never thrown; a query that
  *   fails because the server went away rejects, and the next one opens a new connection.
@@ -60,8 +60,8 @@ import { channelName, migrationFiles, renderMigrations, SCHEMA_NAME } from './sc
 import { pendingMigrations, preReleaseSchemaError } from '../migration-files.js';
 import { pendingClaim } from './log-sql.js';
 import { SessionLock } from './session-lock.js';
-import { LISTEN_NAME_SUFFIX, ListenConnection, type ListenLogger } from '../../postgres/listen-connection.js';
-import { POSTGRES_NOTIFY, type PostgresNotifyShare } from '../../postgres/notify-share.js';
+import { LISTEN_NAME_SUFFIX, ListenConnection, type ListenLogger } from './listen-connection.js';
+import { POSTGRES_NOTIFY, type PostgresNotifyShare } from './notify-share.js';
 import { WakeListener } from './wake-listener.js';
 import { claimTypes, capArrays } from './claim-args.js';
 import { encodeJobCursor } from '../job-cursor.js';

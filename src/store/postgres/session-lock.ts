@@ -8,7 +8,7 @@
  * session ends only when the server notices the connection is dead (TCP keepalive).
  */
 import pg from 'pg';
-import type { ListenLogger } from '../../postgres/listen-connection.js';
+import type { ListenLogger } from './listen-connection.js';
 
 export class SessionLock {
   private client: pg.Client | null = null;

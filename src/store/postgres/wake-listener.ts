@@ -1,6 +1,6 @@
 /**
  * The store's change signal on PostgreSQL: the wake-up channel, heard on the process's LISTEN
- * connection (src/postgres/listen-connection.ts). Writers NOTIFY it (empty payload) when jobs may have
+ * connection (listen-connection.ts). Writers NOTIFY it (empty payload) when jobs may have
  * become claimable: inserts, promotions, hand-backs, manual retries. NOTIFY is delivered only
  * when the writing transaction commits, so a job enqueued inside a caller's transaction wakes
  * workers exactly when it becomes visible to them.
@@ -10,7 +10,7 @@
  * While it is down, idle workers find new jobs through their fallback poll (a claim attempt at
  * least every `maxIdleMs`, 1 s by default).
  */
-import type { ListenConnection } from '../../postgres/listen-connection.js';
+import type { ListenConnection } from './listen-connection.js';
 
 export class WakeListener {
   private changed = true;

@@ -12,8 +12,8 @@
  * start failing, once when one succeeds).
  */
 import pg from 'pg';
-import { reconnectDelay } from '../core/backoff.js';
-import { Outage, type OutageLine } from '../core/outage.js';
+import { reconnectDelay } from '../../core/backoff.js';
+import { Outage, type OutageLine } from '../../core/outage.js';
 
 /** Where connection problems are reported (pino-compatible; without `error` and `info`, at `warn`). */
 export interface ListenLogger {
