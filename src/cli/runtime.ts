@@ -12,7 +12,7 @@ import { buildServer, DEFAULT_STREAM_BUFFER_BYTES } from '../server/app.js';
 import { buildHealthServer } from '../server/health-server.js';
 import { listenWhileWaiting, type WaitingServer } from '../server/waiting-server.js';
 import { collectSchedules, collectTasks, type ScheduleDeclaration, type Task } from '../task-api/define.js';
-import { exampleTasks } from '../tasks/examples.js';
+import { exampleTasks } from '../example-tasks/examples.js';
 import { describeTasks } from './describe.js';
 
 export interface RuntimeFlags {

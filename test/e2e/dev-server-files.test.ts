@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { Webhook } from 'standardwebhooks';
-import { type CsvImportCheckpoint, runCsvImport } from '../../src/tasks/csv-import.js';
+import { type CsvImportCheckpoint, runCsvImport } from '../../src/example-tasks/csv-import.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
 import { makeRun, TempBlobs } from '../fixtures/csv-context.js';
 import { generateCsv } from '../fixtures/csv-generate.js';

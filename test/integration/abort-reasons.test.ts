@@ -12,9 +12,9 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, it } from 'node:test';
 import { abortReasonOr, withAbortReason } from '../../src/core/abort.js';
-import { readRecords } from '../../src/tasks/csv/record-reader.js';
-import { demoSleep } from '../../src/tasks/examples.js';
-import { destroyOnAbort } from '../../src/tasks/stream-abort.js';
+import { readRecords } from '../../src/example-tasks/csv/record-reader.js';
+import { demoSleep } from '../../src/example-tasks/examples.js';
+import { destroyOnAbort } from '../../src/example-tasks/stream-abort.js';
 import { makeRun, TempBlobs } from '../fixtures/csv-context.js';
 
 function aborted(reason: unknown): AbortSignal {

@@ -13,7 +13,7 @@ import { Longhaul } from '../../src/longhaul.js';
 import { buildServer } from '../../src/server/app.js';
 import { parseApiKeys } from '../../src/server/auth.js';
 import { DASHBOARD_CSP } from '../../src/server/dashboard.js';
-import { demoSleep } from '../../src/tasks/examples.js';
+import { demoSleep } from '../../src/example-tasks/examples.js';
 
 describe('dashboard files over HTTP', () => {
   let dir: string;

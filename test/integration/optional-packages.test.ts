@@ -102,7 +102,7 @@ describe('optional packages: a feature configured without its package says which
     const server = await cli('pg', ['server', '--port', '0', '--database', 'postgres://127.0.0.1:5432/test']);
     assert.equal(server.code, 1);
     assert.equal(server.stderr, `longhaul: ${PG}\n`);
-    const worker = await cli('ioredis', ['worker', '--tasks', 'src/tasks/examples.ts', '--database', join(dir, 'cli.db')], { LONGHAUL_REDIS_URL: 'redis://127.0.0.1:6379' });
+    const worker = await cli('ioredis', ['worker', '--tasks', 'src/example-tasks/examples.ts', '--database', join(dir, 'cli.db')], { LONGHAUL_REDIS_URL: 'redis://127.0.0.1:6379' });
     assert.equal(worker.code, 1);
     assert.equal(worker.stderr, 'longhaul: The Redis relay (LONGHAUL_REDIS_URL) needs the package ioredis, which is not installed: npm install ioredis\n');
   });

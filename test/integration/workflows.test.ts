@@ -427,7 +427,7 @@ for (const target of TARGETS) {
 
 describe('the example workflow demo.export (longhaul dev)', () => {
   it('plans once, spawns a shard per child, and merges their parts into export.csv', async () => {
-    const { exampleTasks } = await import('../../src/tasks/examples.js');
+    const { exampleTasks } = await import('../../src/example-tasks/examples.js');
     const { FsBlobStore } = await import('../../src/blobs/fs-store.js');
     const lh = await Longhaul.open({
       database: join(dir, 'example.db'),

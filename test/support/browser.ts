@@ -16,8 +16,8 @@ import { buildServer } from '../../src/server/app.js';
 import { parseApiKeys } from '../../src/server/auth.js';
 import { DEFAULT_DASHBOARD_DIR } from '../../src/server/dashboard.js';
 import { defineTask } from '../../src/task-api/define.js';
-import { demoSleep } from '../../src/tasks/examples.js';
-import { exportShard, shardedExport } from '../../src/tasks/sharded-export.js';
+import { demoSleep } from '../../src/example-tasks/examples.js';
+import { exportShard, shardedExport } from '../../src/example-tasks/sharded-export.js';
 
 export const CHROMIUM = process.env.LONGHAUL_CHROMIUM ?? '/usr/bin/chromium';
 const SCREENSHOT_DIR = join(import.meta.dirname, '../../.screenshots');
