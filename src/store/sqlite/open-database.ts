@@ -2,7 +2,7 @@
  * Opening SqliteStore's database file: node:sqlite loaded only then, errors that name the file,
  * and the switch to WAL, tried again while other processes hold the file.
  */
-import { existsSync } from 'node:fs';
+import { closeSync, existsSync, openSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { DatabaseSync } from 'node:sqlite';
 
@@ -12,6 +12,7 @@ export function openDatabase(path: string): DatabaseSync {
   // one (the CLI's client commands) does not load node:sqlite, nor get Node 22's warning that
   // it is experimental; and the CLI can hide that warning before it is emitted.
   const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
+  createPrivately(path);
   try {
     return new DatabaseSync(path);
   } catch (err) {
@@ -39,4 +40,20 @@ export function enterWal(db: DatabaseSync, busyTimeoutMs: number): void {
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, pause);
     }
   }
+}
+
+/**
+ * Creates a new database file with mode 0600 before SQLite opens it (SQLite would create it
+ * 0644 under the usual umask). SQLite gives the -wal and -shm files it creates the mode of the
+ * database file, so they are 0600 too. An existing file keeps its mode: the operator chose it.
+ */
+function createPrivately(path: string): void {
+  if (path === '' || path === ':memory:' || path.startsWith('file:')) return;
+  let fd: number;
+  try {
+    fd = openSync(path, 'wx', 0o600);
+  } catch {
+    return; // exists already, or cannot be created: SQLite's open reports the latter with the path
+  }
+  closeSync(fd);
 }
