@@ -6,6 +6,7 @@
 import { parseDuration } from './core/duration.js';
 import { parseTenantQuotas, type TenantQuota, tenantQuotasFromEnv } from './core/quotas.js';
 import { parseRetention, type RetentionInput, type RetentionPolicy, retentionFromEnv } from './core/retention.js';
+import { parseSecretsKey } from './core/secret-box.js';
 
 export interface LonghaulConfig {
   database: string;
@@ -50,6 +51,12 @@ export interface LonghaulConfig {
    * jobs of the tenant running at once. Empty: no tenant quota.
    */
   tenantQuotas: Record<string, TenantQuota>;
+  /**
+   * The key webhook secrets are sealed with in the database (AES-256-GCM; core/secret-box.ts):
+   * 32 bytes as 64 hex digits or base64. Undefined: SQLite generates one into
+   * `<database>.secrets-key` (0600); PostgreSQL needs it set wherever a job has its own secret.
+   */
+  secretsKey: string | undefined;
 }
 
 /** What callers give: any setting, retention as written (`'7d'`, ms, `'forever'`). */
@@ -74,6 +81,7 @@ export const DEFAULTS: LonghaulConfig = {
   idempotencyTtlMs: 86_400_000,
   priorityAgingMs: 300_000,
   tenantQuotas: {},
+  secretsKey: undefined,
 };
 
 type Env = Record<string, string | undefined>;
@@ -170,7 +178,20 @@ function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
     priorityAgingMs: options.priorityAgingMs !== undefined ? checkAging(options.priorityAgingMs) : agingFromEnv(env),
     // The option, when given, replaces the variable as a whole (quotas are one table, not per-state settings).
     tenantQuotas: options.tenantQuotas !== undefined ? parseTenantQuotas(options.tenantQuotas) : tenantQuotasFromEnv(env),
+    secretsKey: secretsKey(options.secretsKey, env),
   };
+}
+
+/** The secrets key as given (option, else LONGHAUL_SECRETS_KEY), checked now so that a malformed one is refused at start. */
+function secretsKey(option: string | undefined, env: Env): string | undefined {
+  if (option !== undefined) {
+    parseSecretsKey(option, 'secretsKey');
+    return option.trim();
+  }
+  const raw = env.LONGHAUL_SECRETS_KEY;
+  if (raw === undefined || raw.trim() === '') return undefined;
+  parseSecretsKey(raw, 'LONGHAUL_SECRETS_KEY');
+  return raw.trim();
 }
 
 /** `priorityAgingMs`: a positive number of ms, or null (strict priority). */

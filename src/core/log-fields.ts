@@ -43,6 +43,8 @@ export const REDACT_PATHS: readonly string[] = [
   'req.headers.cookie',
   'urlSigningSecret',
   '*.urlSigningSecret',
+  'secretsKey',
+  '*.secretsKey',
 ];
 
 /** pino's `redact` option for the loggers Longhaul makes. */

@@ -14,8 +14,8 @@ import { BACKLOG_STATES } from '../core/states.js';
 import { cancelNow } from '../core/transitions.js';
 import { applyTransitions, type Planned } from '../transitions/apply.js';
 import { Batcher } from '../store/batcher.js';
-import type { InsertJobsParams, InsertResult, JobQueueStore, NewJob, SqlTransaction, WebhookOutboxStore } from '../store/store.js';
-import { checkWebhookOption, type WebhookConfig, type WebhookOption } from '../webhooks/service.js';
+import type { InsertJobsParams, InsertResult, JobQueueStore, NewJob, SqlTransaction, WebhookOutboxStore, WebhookTarget } from '../store/store.js';
+import { checkWebhookOption, type WebhookConfig, type WebhookOption, webhookSecretContext } from '../webhooks/service.js';
 import { type PrepareContext, prepare } from './prepare.js';
 
 export interface SubmitOptions {
@@ -93,6 +93,12 @@ export class Submission {
     return this.enqueuePrepared(prepared, options);
   }
 
+  /** A webhook target as the store keeps it: the job's own secret sealed (never plain text in the database). */
+  private async sealed(jobId: string, webhook: { url: string; secret: string | null }): Promise<WebhookTarget> {
+    const secret = webhook.secret === null ? null : await this.ctx.webhookConfig.secrets.seal(webhook.secret, webhookSecretContext(jobId));
+    return { jobId, url: webhook.url, secret };
+  }
+
   private async enqueuePrepared(prepared: NewJob | Promise<NewJob>, options: SubmitOptions): Promise<{ job: JobSnapshot; replayed: boolean }> {
     const { store } = this.ctx;
     const job = await prepared;
@@ -100,7 +106,7 @@ export class Submission {
     if (options.tx !== undefined && !store.capabilities.transactionalEnqueue) throw new InvalidOptionsError(NEEDS_TRANSACTIONS);
     // The target is saved first, under the new job's id: a target whose job never gets inserted
     // (refused, rolled back, process killed) is ignored, as events join it with the job.
-    if (webhook) await store.saveWebhook({ jobId: job.id, ...webhook });
+    if (webhook) await store.saveWebhook(await this.sealed(job.id, webhook));
     let res: InsertResult;
     try {
       if (options.tx !== undefined) {
@@ -188,7 +194,7 @@ export class Submission {
         maxBacklog = 0;
       }
     }
-    for (const [i, w] of webhooks.entries()) if (w) await store.saveWebhook({ jobId: (prepared[i] as NewJob).id, ...w });
+    for (const [i, w] of webhooks.entries()) if (w) await store.saveWebhook(await this.sealed((prepared[i] as NewJob).id, w));
     // A tenant's quota applies to the batch as a whole, in its transaction: over it, no job is inserted.
     const { maxTenantBacklog } = this.limits(prepared);
     const results = await store.insertJobs({

@@ -18,6 +18,7 @@ import type { Logger } from 'pino';
 import { FatalError, InvalidOptionsError, LonghaulError, RetryableError, UnstorableValueError } from '../core/errors.js';
 import { uuidv7 } from '../core/ids.js';
 import type { JobSnapshot } from '../core/job.js';
+import type { SecretBox } from '../core/secret-box.js';
 import { escapeUnstorable, findUnstorable, hasUnstorable, unstorableIssue } from '../core/storable.js';
 import type { InsertResult, NewJob, WebhookOutboxStore } from '../store/store.js';
 import { defineTask, type Task } from '../task-api/define.js';
@@ -40,6 +41,8 @@ export const MAX_WEBHOOK_URL = 2048;
 export interface WebhookConfig {
   /** LONGHAUL_WEBHOOK_SECRET: used when a submission gives no secret. */
   secret: string | null;
+  /** Seals a job's own secret before the store keeps it, and opens it for delivery (AES-256-GCM). */
+  secrets: SecretBox;
   allowlist: Allowlist;
   /** Delays between attempts (ms). */
   schedule: number[];
@@ -58,7 +61,7 @@ export interface WebhookConfigOptions {
   resolve?: Resolver;
 }
 
-export function resolveWebhookConfig(options: WebhookConfigOptions = {}, env: Record<string, string | undefined> = process.env): WebhookConfig {
+export function resolveWebhookConfig(secrets: SecretBox, options: WebhookConfigOptions = {}, env: Record<string, string | undefined> = process.env): WebhookConfig {
   const envSecret = env.LONGHAUL_WEBHOOK_SECRET?.trim() ? env.LONGHAUL_WEBHOOK_SECRET.trim() : null;
   const secret = options.secret !== undefined ? options.secret : envSecret;
   if (secret !== null) parseWebhookSecret(secret, 'LONGHAUL_WEBHOOK_SECRET');
@@ -72,6 +75,7 @@ export function resolveWebhookConfig(options: WebhookConfigOptions = {}, env: Re
   const timeoutMs = options.timeoutMs ?? DEFAULT_WEBHOOK_TIMEOUT_MS;
   return {
     secret,
+    secrets,
     allowlist: parseAllowlist(options.allowlist ?? env.LONGHAUL_WEBHOOK_ALLOWLIST),
     schedule,
     timeoutMs,
@@ -126,6 +130,11 @@ export async function checkWebhookOption(option: unknown, config: WebhookConfig)
   return { url, secret: (secret as string | undefined) ?? null };
 }
 
+/** What a job's sealed webhook secret is bound to: its job (a row copied onto another job does not open). */
+export function webhookSecretContext(jobId: string): string {
+  return `job_webhooks.secret:${jobId}`;
+}
+
 interface DeliveryInput {
   jobId: string;
   event: WebhookEventType;
@@ -169,7 +178,7 @@ export function webhookTask(deps: WebhookTaskDeps): Task {
       const input = raw as DeliveryInput;
       const target = await store.getWebhook({ jobId: input.jobId });
       if (!target) return { delivered: false, reason: 'the job has no webhook any more' };
-      const secret = target.secret ?? config.secret;
+      const secret = target.secret === null ? config.secret : await config.secrets.open(target.secret, webhookSecretContext(input.jobId));
       if (!secret) throw new FatalError('no webhook secret: the submission gave none and LONGHAUL_WEBHOOK_SECRET is not set', { code: 'WEBHOOK_SECRET_MISSING' });
       const snapshot = await deps.snapshot(input.jobId);
       if (!snapshot) throw new FatalError(`job ${input.jobId} no longer exists`, { code: 'NOT_FOUND' });
