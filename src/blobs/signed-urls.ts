@@ -129,14 +129,14 @@ export async function loadOrCreateSecretFile(path: string): Promise<string> {
     await unlink(temp).catch(() => {});
   }
   const secret = await readSecret(path);
-  if (secret === null) throw new Error(`could not create the URL signing secret file ${path}`);
+  if (secret === null) throw new Error(`could not create the secret file ${path}`);
   return secret;
 }
 
 async function readSecret(path: string): Promise<string | null> {
   try {
     const text = (await readFile(path, 'utf8')).trim();
-    if (text.length < MIN_SECRET_CHARS) throw new Error(`URL signing secret file ${path} is damaged (too short); delete it to generate a new one`);
+    if (text.length < MIN_SECRET_CHARS) throw new Error(`the secret file ${path} is damaged (too short); delete it to generate a new one`);
     return text;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
