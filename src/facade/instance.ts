@@ -41,7 +41,8 @@ import { RetentionOnEnd, taskRetention } from './retention.js';
 import { getJob } from './reads.js';
 import { Schedules } from './schedules.js';
 import { Submission, type SubmitOptions } from './submission.js';
-import type { WatchContext } from './watch.js';
+import { WATCH_POLL_MS, WATCH_SAFETY_POLL_MS, type WatchContext } from './watch.js';
+import { WatchBackstop } from './watch-backstop.js';
 import { WebhookDispatch } from './webhook-dispatch.js';
 import { exitOnSignals, type StartWorkerOptions, type WorkerHandle, WorkerSet } from './workers.js';
 
@@ -293,7 +294,15 @@ export class Instance {
           logger: logger.child({ component: 'channel', transport: channel.transport }),
         })
       : null;
-    this.readCtx = { store, logger, bus, relayed: channel !== null, files: () => this.openFiles(), isClosed: () => this.isClosed };
+    this.readCtx = {
+      store,
+      logger,
+      bus,
+      relayed: channel !== null,
+      files: () => this.openFiles(),
+      isClosed: () => this.isClosed,
+      backstop: new WatchBackstop(store, channel !== null ? WATCH_SAFETY_POLL_MS : WATCH_POLL_MS, logger),
+    };
     this.controlCtx = { store, bus };
     const isClosed = () => this.isClosed;
     this.dispatch = new WebhookDispatch({ store, bus, logger, webhookConfig, heartbeatTimeoutMs: config.heartbeatTimeoutMs, isClosed });
@@ -467,6 +476,7 @@ export class Instance {
     await this.dispatch.settled();
     await this.retainOnEnd.settled();
     this.isClosed = true;
+    this.readCtx.backstop.close();
     this.signalCleanup?.();
     await this.files.close();
     this.bridge?.close();

@@ -354,6 +354,12 @@ export interface JobQueueStore {
   insertJobs(params: InsertJobsParams): Promise<InsertResult[]>;
   getJob(params: GetJobParams): Promise<JobRecord | null>;
   /**
+   * The listed jobs that exist, in one read, in no particular order (every tenant's: the caller
+   * checked each job's tenant before). What a process's watches read at each interval
+   * (facade/watch-backstop.ts): one read for every job it watches, not one per job.
+   */
+  getJobs(params: { ids: readonly string[] }): Promise<JobRecord[]>;
+  /**
    * Optional fast path for status reads: the snapshot built by the database in the read that
    * finds the job. Null when the job is not found (or is another tenant's). Stores without it,
    * and jobs it returns `json: null` for, take getJob and `toSnapshot`.

@@ -177,6 +177,7 @@ export class PostgresStore implements Store {
     const sweep = (where: string) => `SELECT ${JOB_SELECT} ${from} WHERE ${where} LIMIT $2`;
     return {
       getJob: `SELECT ${JOB_SELECT} ${from} WHERE j.id = $1`,
+      getJobs: `SELECT ${JOB_SELECT} ${from} WHERE j.id = ANY($1::uuid[])`,
       // (A claim's entry waits in the row until the job's next change: see "Wire formats" in migrations/0001_baseline.sql.)
       transitions: `SELECT j.tenant, '[' || j.log || ${pendingClaim('j')} || ']' FROM ${s}.jobs j WHERE j.id = $1`,
       // (The worker's cycle: migrations/0001_baseline.sql, "The claim".)
@@ -304,6 +305,12 @@ export class PostgresStore implements Store {
     if (!row) return null;
     const job = rowToJob(row);
     return params.tenant !== undefined && job.tenant !== params.tenant ? null : job;
+  }
+
+  async getJobs(params: { ids: readonly string[] }): Promise<JobRecord[]> {
+    const ids = params.ids.filter(isUuid);
+    if (ids.length === 0) return [];
+    return (await this.rows('get_many', this.sql.getJobs, [ids])).map((r) => rowToJob(r));
   }
 
   async getTransitions(params: GetJobParams): Promise<TransitionEntry[] | null> {

@@ -300,6 +300,12 @@ export class SqliteStore implements Store {
     return params.tenant !== undefined && job.tenant !== params.tenant ? null : job;
   }
 
+  async getJobs(params: { ids: readonly string[] }): Promise<JobRecord[]> {
+    if (params.ids.length === 0) return [];
+    const rows = arrays(this.stmt(`SELECT ${JOB_ROW} FROM jobs j WHERE j.id IN (SELECT value FROM json_each(?))`)).all(JSON.stringify(params.ids)) as unknown as [string][];
+    return rows.map((r) => jobFromJson(r[0]));
+  }
+
   async getSnapshotJson(params: GetJobParams): Promise<SnapshotJson | null> {
     const held = this.snapshots.get(params.id);
     const row = this.hot.snapshotJson.get(held?.updatedAt ?? -1, held?.progress ?? null, params.id) as unknown as
