@@ -184,10 +184,17 @@ export function runUpgradeScenario(target: UpgradeTarget): void {
         closing.push(() => lh.close({ drainMs: 0 }));
         return lh;
       }
+      /** A store, closed by the scenario's end unless closed before (by `closeStore`). */
+      const closed = new WeakSet<Store>();
       async function openStore(): Promise<Store> {
         const store = await db.open();
-        closing.push(() => store.close());
+        closing.push(() => closeStore(store));
         return store;
+      }
+      async function closeStore(store: Store): Promise<void> {
+        if (closed.has(store)) return;
+        closed.add(store);
+        await store.close();
       }
 
       const ids: Record<string, string> = {};
@@ -203,7 +210,8 @@ export function runUpgradeScenario(target: UpgradeTarget): void {
         const old = await openStore();
         assert.deepEqual(await old.migrate(from), { from: 0, to: from });
         const submitter = await instance(heldAt(old, from), all);
-        const runner = await instance(heldAt(await openStore(), from), runAtOld);
+        const runnerStore = await openStore();
+        const runner = await instance(heldAt(runnerStore, from), runAtOld);
 
         ids.queued = (await submitter.submit('up.ok', { n: 1 })).id;
         const pending = await submitter.submit('up.ok', { n: 2 }, { delayMs: MARGIN_MS });
@@ -242,7 +250,9 @@ export function runUpgradeScenario(target: UpgradeTarget): void {
         await reach('fatal', 'failed');
         await reach('retry', 'retrying');
         await reach('expiring', 'expired');
+        // The old processes stop (their connections, and any lock they held, go with them).
         await runner.close({ drainMs: 0 });
+        await closeStore(runnerStore);
         await submitter.close({ drainMs: 0 });
 
         // Two running jobs, claimed as a worker does: one whose worker lives on, one whose worker is gone.
@@ -263,7 +273,7 @@ export function runUpgradeScenario(target: UpgradeTarget): void {
         assert.equal((await old.getJob({ id: ids.cancelled }))?.state, 'cancelled');
         assert.equal((await old.getJob({ id: ids.queued }))?.state, 'queued');
         assert.equal((await old.getJob({ id: ids.zero }))?.state, 'queued');
-        await old.close();
+        await closeStore(old);
       });
 
       it(`migrates from ${from} to ${target.latest}`, async () => {
