@@ -1,18 +1,20 @@
 /**
- * The storage contract, in seven parts: the job queue (JobQueueStore), result files
+ * The storage contract, in eight parts: the job queue (JobQueueStore), result files
  * (ResultFileStore), the webhook outbox (WebhookOutboxStore), workflows (WorkflowStore),
- * schedules (ScheduleStore), retention (RetentionStore) and dead letters (DeadLetterStore). Every store (SQLite, PostgreSQL)
- * implements all seven as one `Store` on one database, and one contract suite per
+ * schedules (ScheduleStore), retention (RetentionStore), dead letters (DeadLetterStore) and API
+ * keys (ApiKeyStore). Every store (SQLite, PostgreSQL)
+ * implements all eight as one `Store` on one database, and one contract suite per
  * part (test/contract/store-contract/) checks every implementation. Each part's guarantees are with it;
- * the result-file, webhook, workflow, schedule, retention and dead-letter parts are in
+ * the result-file, webhook, workflow, schedule, retention, dead-letter and API-key parts are in
  * result-file-store.ts, webhook-outbox-store.ts, workflow-store.ts, schedule-store.ts,
- * retention-store.ts and dead-letter-store.ts, re-exported here.
+ * retention-store.ts, dead-letter-store.ts and api-key-store.ts, re-exported here.
  */
 import type { Checkpoint, JobRecord, Priority, TransitionEntry } from '../core/job.js';
 import { EMPTY_PROGRESS, type Progress } from '../core/progress.js';
 import type { JobState } from '../core/states.js';
 import type { DurationBucketCount } from '../core/stats-window.js';
 import type { TransitionParams } from '../core/transitions.js';
+import type { ApiKeyStore } from './api-key-store.js';
 import type { DeadLetterStore } from './dead-letter-store.js';
 import type { ResultFileStore } from './result-file-store.js';
 import type { RetentionStore } from './retention-store.js';
@@ -432,6 +434,7 @@ export interface JobQueueStore {
   releaseSweeperLock?(): Promise<void>;
 }
 
+export type * from './api-key-store.js';
 export type * from './dead-letter-store.js';
 export type * from './result-file-store.js';
 export type * from './retention-store.js';
@@ -443,7 +446,7 @@ export type * from './workflow-store.js';
  * A whole store: the seven parts in one database, plus what concerns the database as a whole
  * (its schema, its connections, readiness). Code that needs one part takes that part's type.
  */
-export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore, RetentionStore, DeadLetterStore {
+export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore, RetentionStore, DeadLetterStore, ApiKeyStore {
   /**
    * Creates or upgrades the schema; safe to run concurrently from several processes. Resolves to
    * the schema version found and the one left (equal when there was nothing to do). `to` stops at

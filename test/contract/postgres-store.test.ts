@@ -38,6 +38,7 @@ import { runTenantQuotaContract } from './store-contract/tenant-quota.js';
 import { runDeadLetterContract } from './store-contract/dead-letters.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { runFailFastContract } from './store-contract/fail-fast.js';
+import { runApiKeyContract } from './store-contract/api-keys.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
 import { settled } from '../support/jobs.js';
@@ -66,6 +67,9 @@ runClaimLimitsContract(`postgres (${db.source})`, () => openStore());
 runTenantQuotaContract(`postgres (${db.source})`, () => openStore());
 runDeadLetterContract(`postgres (${db.source})`, () => openStore());
 runStatsContract(`postgres (${db.source})`, () => openStore());
+runApiKeyContract(`postgres (${db.source})`, () => openStore(), (s) =>
+  admin(async (c) => (await c.query(`SELECT * FROM "${(s as PostgresStore).schema}".api_keys`)).rows.map((r) => JSON.stringify(r))),
+);
 
 describe('postgres: the stats change log, grouped per statement', () => {
   /** The real count of jobs by state, from the table. */

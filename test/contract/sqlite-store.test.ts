@@ -28,6 +28,7 @@ import { runDeadLetterContract } from './store-contract/dead-letters.js';
 import { runStatsContract } from './store-contract/stats.js';
 import { runWorkflowContract } from './store-contract/workflow.js';
 import { runFailFastContract } from './store-contract/fail-fast.js';
+import { runApiKeyContract } from './store-contract/api-keys.js';
 
 const dirs: string[] = [];
 
@@ -59,6 +60,12 @@ runTenantQuotaContract('sqlite (file)', () => openStore());
 runDeadLetterContract('sqlite (file)', () => openStore());
 // No backfill case: the baseline has the counters from the start.
 runStatsContract('sqlite (file)', () => openStore());
+runApiKeyContract('sqlite (file)', () => openStore(), async (s) =>
+  (s as SqliteStore).db
+    .prepare('SELECT * FROM api_keys')
+    .all()
+    .map((r) => JSON.stringify(r)),
+);
 
 describe('SqliteStore specifics', () => {
   const open: SqliteStore[] = [];

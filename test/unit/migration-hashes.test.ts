@@ -11,8 +11,14 @@ import { test } from 'node:test';
 import { readMigrationFiles } from '../../src/store/migration-files.js';
 
 const RELEASED: Record<'sqlite' | 'postgres', Record<string, string>> = {
-  sqlite: { '0001_baseline.sql': '274621ba989e27101dfec2be735f946606a7ab0fa4709d6af18ecb9d9fd38b05' },
-  postgres: { '0001_baseline.sql': '60a0c9b8b921b36b7b3a7e83f48b6b39675dc7c9338f4b30af5dbc6dcac71ef4' },
+  sqlite: {
+    '0001_baseline.sql': '274621ba989e27101dfec2be735f946606a7ab0fa4709d6af18ecb9d9fd38b05',
+    '0002_api_keys.sql': 'b05736372c4da436cecea1f37e3f9caabacb9cdd6b0a3b1233c02aa11e6585f4',
+  },
+  postgres: {
+    '0001_baseline.sql': '60a0c9b8b921b36b7b3a7e83f48b6b39675dc7c9338f4b30af5dbc6dcac71ef4',
+    '0002_api_keys.sql': 'c222753c23179072d88ca2091988a7d0d9a43dca12194fa7bdcd84c893c0c509',
+  },
 };
 
 for (const store of ['sqlite', 'postgres'] as const) {

@@ -56,6 +56,8 @@ import { PgStatsOps } from './stats-ops.js';
 import { PgLeaseOps } from './lease-ops.js';
 import { PgResultFileOps } from './result-file-ops.js';
 import { PgWebhookOps } from './webhook-ops.js';
+import { PgApiKeyOps } from './api-key-ops.js';
+import type { ApiKeyStore } from '../api-key-store.js';
 import { channelName, migrationFiles, renderMigrations, SCHEMA_NAME } from './schema.js';
 import { pendingMigrations, preReleaseSchemaError } from '../migration-files.js';
 import { pendingClaim } from './log-sql.js';
@@ -122,6 +124,7 @@ export class PostgresStore implements Store {
   private readonly leases: PgLeaseOps;
   private readonly resultFiles: PgResultFileOps;
   private readonly webhooks: PgWebhookOps;
+  private readonly apiKeys: PgApiKeyOps;
 
   constructor(readonly options: PostgresStoreOptions) {
     this.schema = options.schema ?? 'longhaul';
@@ -158,6 +161,7 @@ export class PostgresStore implements Store {
     this.leases = new PgLeaseOps(this.pool, this.s, rows);
     this.resultFiles = new PgResultFileOps(this.pool, this.s, rows);
     this.webhooks = new PgWebhookOps(this.pool, this.s, rows);
+    this.apiKeys = new PgApiKeyOps(this.pool, this.s);
     this.capabilities = {
       transactionalEnqueue: true,
       claimDepth: 2,
@@ -507,4 +511,13 @@ export class PostgresStore implements Store {
   rearmWebhooks: WebhookOutboxStore['rearmWebhooks'] = (p) => this.webhooks.rearmWebhooks(p);
   recordWebhookDelivery: WebhookOutboxStore['recordWebhookDelivery'] = (p) => this.webhooks.recordWebhookDelivery(p);
   listWebhookDeliveries: WebhookOutboxStore['listWebhookDeliveries'] = (p) => this.webhooks.listWebhookDeliveries(p);
+
+  // ---- API keys (ApiKeyStore): api-key-ops.ts --------------------------------------------------
+
+  insertApiKey: ApiKeyStore['insertApiKey'] = (p) => this.apiKeys.insertApiKey(p);
+  getApiKey: ApiKeyStore['getApiKey'] = (p) => this.apiKeys.getApiKey(p);
+  listApiKeys: ApiKeyStore['listApiKeys'] = (p) => this.apiKeys.listApiKeys(p);
+  revokeApiKey: ApiKeyStore['revokeApiKey'] = (p) => this.apiKeys.revokeApiKey(p);
+  touchApiKey: ApiKeyStore['touchApiKey'] = (p) => this.apiKeys.touchApiKey(p);
+  hasApiKeys: ApiKeyStore['hasApiKeys'] = () => this.apiKeys.hasApiKeys();
 }

@@ -58,6 +58,8 @@ import { SqliteRetentionOps } from './retention-ops.js';
 import { SqliteDeadLetterOps } from './dead-letter-ops.js';
 import { SqliteStatsOps } from './stats-ops.js';
 import { SqliteLeaseOps } from './lease-ops.js';
+import { SqliteApiKeyOps } from './api-key-ops.js';
+import type { ApiKeyStore } from '../api-key-store.js';
 import { SqliteResultFileOps } from './result-file-ops.js';
 import { SqliteWebhookOps } from './webhook-ops.js';
 import { encodeJobCursor } from '../job-cursor.js';
@@ -115,6 +117,7 @@ export class SqliteStore implements Store {
   private readonly leases: SqliteLeaseOps;
   private readonly resultFiles: SqliteResultFileOps;
   private readonly webhooks: SqliteWebhookOps;
+  private readonly apiKeys: SqliteApiKeyOps;
   private readonly checkpointer: WalCheckpointer | null;
   private readonly beginStmt: StatementSync;
   private readonly commitStmt: StatementSync;
@@ -167,6 +170,7 @@ export class SqliteStore implements Store {
     this.leases = new SqliteLeaseOps(this.db, (fn, rows) => this.write(fn, rows));
     this.resultFiles = new SqliteResultFileOps(this.db, (fn, rows) => this.write(fn, rows));
     this.webhooks = new SqliteWebhookOps(this.db, (fn, rows) => this.write(fn, rows));
+    this.apiKeys = new SqliteApiKeyOps(this.db, (fn, rows) => this.write(fn, rows));
   }
 
 
@@ -524,4 +528,13 @@ export class SqliteStore implements Store {
   rearmWebhooks: WebhookOutboxStore['rearmWebhooks'] = (p) => this.webhooks.rearmWebhooks(p);
   recordWebhookDelivery: WebhookOutboxStore['recordWebhookDelivery'] = (p) => this.webhooks.recordWebhookDelivery(p);
   listWebhookDeliveries: WebhookOutboxStore['listWebhookDeliveries'] = (p) => this.webhooks.listWebhookDeliveries(p);
+
+  // ---- API keys (ApiKeyStore): api-key-ops.ts --------------------------------------------------
+
+  insertApiKey: ApiKeyStore['insertApiKey'] = (p) => this.apiKeys.insertApiKey(p);
+  getApiKey: ApiKeyStore['getApiKey'] = (p) => this.apiKeys.getApiKey(p);
+  listApiKeys: ApiKeyStore['listApiKeys'] = (p) => this.apiKeys.listApiKeys(p);
+  revokeApiKey: ApiKeyStore['revokeApiKey'] = (p) => this.apiKeys.revokeApiKey(p);
+  touchApiKey: ApiKeyStore['touchApiKey'] = (p) => this.apiKeys.touchApiKey(p);
+  hasApiKeys: ApiKeyStore['hasApiKeys'] = () => this.apiKeys.hasApiKeys();
 }
