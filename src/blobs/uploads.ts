@@ -12,12 +12,13 @@
  * than 404 for a week after expiry.
  */
 import { Readable } from 'node:stream';
-import { FatalError } from '../core/errors.js';
+import { FatalError, UploadQuotaExceededError } from '../core/errors.js';
 import { isUuid, uuidv7 } from '../core/ids.js';
 import type { UploadInfo, UploadsHandle } from './handles.js';
 import { toReadable } from './meter.js';
 import { readSmall } from './read-small.js';
-import type { BlobSource, BlobStore } from './store.js';
+import { BlobTooLargeError, type BlobSource, type BlobStore } from './store.js';
+import { reserveUpload, type UploadQuota, type UploadReservation } from './upload-quota.js';
 import { parseJson } from '../core/json-text.js';
 
 export const DEFAULT_UPLOAD_TOMBSTONE_MS = 7 * 86_400_000;
@@ -49,25 +50,58 @@ export interface StoreUploadParams {
   ttlMs: number;
   signal?: AbortSignal;
   now?: number;
+  /** The tenant's upload quota (upload-quota.ts): room is reserved before the first byte. None: unlimited. */
+  quota?: UploadQuota;
+  /** The size the client declared (Content-Length): reserved as such; without it, the room left. */
+  declaredBytes?: number;
 }
 
 /**
- * Streams an upload into blob storage and writes its metadata. On any failure (too large,
- * aborted, storage error) everything written so far is removed before the error is rethrown.
- * The TTL runs from the moment the upload started.
+ * Streams an upload into blob storage and writes its metadata. With a quota, room is reserved
+ * first (UploadQuotaExceededError when there is none, before anything is written). On any
+ * failure (too large, over the quota, aborted, storage error) everything written so far is
+ * removed, the reservation too, before the error is rethrown. The TTL runs from the moment the
+ * upload started.
  */
 export async function storeUpload(blobs: BlobStore, params: StoreUploadParams): Promise<UploadInfo> {
   const now = params.now ?? Date.now();
   const id = uuidv7(now);
   const expiresAtMs = now + params.ttlMs;
+  const reservation: UploadReservation | null = params.quota
+    ? await reserveUpload(blobs, {
+        tenant: params.tenant,
+        id,
+        expiresAtMs,
+        quota: params.quota,
+        maxBytes: params.maxBytes,
+        now,
+        ...(params.declaredBytes !== undefined ? { declaredBytes: params.declaredBytes } : {}),
+      })
+    : null;
   const expireMarker = marker(EXPIRE_INDEX, expiresAtMs, id);
-  await blobs.put(expireMarker, Readable.from([]));
   try {
-    const { size, sha256 } = await blobs.put(uploadDataKey(id), params.body, {
-      contentType: params.contentType,
-      maxBytes: params.maxBytes,
-      ...(params.signal ? { signal: params.signal } : {}),
-    });
+    await blobs.put(expireMarker, Readable.from([]));
+  } catch (err) {
+    await reservation?.release();
+    throw err;
+  }
+  try {
+    let stored: { size: number; sha256: string };
+    try {
+      stored = await blobs.put(uploadDataKey(id), params.body, {
+        contentType: params.contentType,
+        maxBytes: reservation ? Math.min(reservation.bytes, params.maxBytes) : params.maxBytes,
+        ...(params.signal ? { signal: params.signal } : {}),
+      });
+    } catch (err) {
+      // Cut at the tenant's remaining room rather than at the per-upload limit: the quota's refusal.
+      if (err instanceof BlobTooLargeError && reservation?.roomLimited && params.quota) {
+        throw new UploadQuotaExceededError(params.tenant, 'maxUploadBytes', params.quota.maxUploadBytes, 60, `this upload is larger than the ${reservation.bytes} bytes it had left`);
+      }
+      throw err;
+    }
+    const { size, sha256 } = stored;
+    await reservation?.commit(size);
     const meta: UploadMeta = {
       id,
       tenant: params.tenant,
@@ -83,6 +117,7 @@ export async function storeUpload(blobs: BlobStore, params: StoreUploadParams): 
     // Best effort: whatever is left (process killed here) is removed by the sweeper via the marker.
     await blobs.deletePrefix(`uploads/${id}/`).catch(() => {});
     await blobs.delete(expireMarker).catch(() => {});
+    await reservation?.release();
     throw err;
   }
 }

@@ -296,6 +296,49 @@ export class ScheduleExistsError extends LonghaulError {
   }
 }
 
+/** The tenant has as many schedules as its quota allows (`maxSchedules`): 429 until it deletes one. */
+export class ScheduleQuotaExceededError extends LonghaulError {
+  constructor(
+    readonly tenant: string,
+    readonly limit: number,
+  ) {
+    super(`tenant "${tenant}" has ${limit} schedules, its quota (maxSchedules of LONGHAUL_TENANT_QUOTAS): delete one first`, 'SCHEDULE_QUOTA_EXCEEDED', 429);
+  }
+}
+
+/** The cron expression fires more often than the server allows (LONGHAUL_SCHEDULE_MIN_INTERVAL): 422. */
+export class ScheduleTooFrequentError extends LonghaulError {
+  constructor(
+    readonly cron: string,
+    /** The shortest time between two of its ticks (ms). */
+    readonly intervalMs: number,
+    readonly minIntervalMs: number,
+  ) {
+    super(
+      `cron "${cron}" fires ${intervalMs / 1000} s apart; this server allows schedules at most every ${minIntervalMs / 1000} s (LONGHAUL_SCHEDULE_MIN_INTERVAL)`,
+      'SCHEDULE_TOO_FREQUENT',
+      422,
+      [{ path: 'cron', message: `fires every ${intervalMs / 1000} s, under the minimum interval of ${minIntervalMs / 1000} s` }],
+    );
+  }
+}
+
+/**
+ * An upload would take the tenant past its quota of uploads kept (`maxUploads`) or of their bytes
+ * (`maxUploadBytes`): 429, with `Retry-After` when the tenant's oldest upload expires (room frees then).
+ */
+export class UploadQuotaExceededError extends LonghaulError {
+  constructor(
+    readonly tenant: string,
+    readonly quota: 'maxUploads' | 'maxUploadBytes',
+    readonly limit: number,
+    readonly retryAfterSeconds: number,
+    detail: string,
+  ) {
+    super(`tenant "${tenant}" is over its upload quota: ${detail} (${quota} ${limit}, LONGHAUL_TENANT_QUOTAS)`, 'UPLOAD_QUOTA_EXCEEDED', 429);
+  }
+}
+
 /** A schedule declared in the tasks module cannot be changed over the API: the module is its source. */
 export class ScheduleDeclaredError extends LonghaulError {
   constructor(readonly scheduleName: string) {

@@ -3,6 +3,10 @@
  * the backlog, as for the global `maxQueued`) and running. The submission refuses a job over
  * `maxQueued` with 429 TENANT_QUOTA_EXCEEDED; the claim keeps `maxRunning`. `"*"` is the quota
  * of every tenant not listed (docs/configuration.md).
+ *
+ * What a tenant keeps on the server besides jobs (uploads, schedules) is always bounded:
+ * `maxUploads`, `maxUploadBytes` and `maxSchedules` come from the tenant's entry, else the `"*"`
+ * entry, else RESOURCE_DEFAULTS (docs/security.md says why those values).
  */
 import { parseJson } from './json-text.js';
 
@@ -11,6 +15,35 @@ export interface TenantQuota {
   maxQueued?: number;
   /** Jobs of the tenant running at once, across all workers. */
   maxRunning?: number;
+  /** Uploads the tenant keeps at once (not yet expired), across all servers. Default RESOURCE_DEFAULTS. */
+  maxUploads?: number;
+  /** Bytes of those uploads together; an upload that would go past it is refused. Default RESOURCE_DEFAULTS. */
+  maxUploadBytes?: number;
+  /** Schedules the tenant has; creating one more is refused. Default RESOURCE_DEFAULTS. */
+  maxSchedules?: number;
+}
+
+/** The limits on what a tenant keeps that apply when neither its entry nor `"*"` sets one. */
+export const RESOURCE_DEFAULTS = Object.freeze({
+  /** Uploads live 24 h by default: a thousand a day is far beyond a client feeding jobs by hand or by script. */
+  maxUploads: 1000,
+  /** 10 GiB: ten uploads of the default 1 GiB maximum, so one tenant cannot fill the disk it shares with the database. */
+  maxUploadBytes: 10 * 1024 ** 3,
+  /** As many as one list shows (MAX_SCHEDULES_LISTED); at the 1-minute minimum interval, at most ~17 runs a second. */
+  maxSchedules: 1000,
+});
+
+export type ResourceQuota = { -readonly [K in keyof typeof RESOURCE_DEFAULTS]: number };
+
+/** The upload and schedule limits of a tenant: its own entry's, else `"*"`'s, else the defaults, field by field. */
+export function resourceQuotaFor(quotas: TenantQuotas, tenant: string): ResourceQuota {
+  const own = Object.hasOwn(quotas, tenant) ? (quotas[tenant] as TenantQuota) : {};
+  const all = Object.hasOwn(quotas, DEFAULT_TENANT) ? (quotas[DEFAULT_TENANT] as TenantQuota) : {};
+  return {
+    maxUploads: own.maxUploads ?? all.maxUploads ?? RESOURCE_DEFAULTS.maxUploads,
+    maxUploadBytes: own.maxUploadBytes ?? all.maxUploadBytes ?? RESOURCE_DEFAULTS.maxUploadBytes,
+    maxSchedules: own.maxSchedules ?? all.maxSchedules ?? RESOURCE_DEFAULTS.maxSchedules,
+  };
 }
 
 /** Quotas by tenant name; the key `"*"` is the default for tenants not listed. */
@@ -19,7 +52,7 @@ export type TenantQuotas = Readonly<Record<string, TenantQuota>>;
 /** The key of the default quota. */
 export const DEFAULT_TENANT = '*';
 
-const FIELDS = ['maxQueued', 'maxRunning'] as const;
+const FIELDS = ['maxQueued', 'maxRunning', 'maxUploads', 'maxUploadBytes', 'maxSchedules'] as const;
 
 /** The quota a tenant has: its own entry, else the `"*"` entry, else none (every field absent). */
 export function quotaFor(quotas: TenantQuotas, tenant: string): TenantQuota {

@@ -18,7 +18,8 @@
  *   an instance nobody scrapes never loads it.
  *
  * Labels are `task_type`, `state`, `outcome`, `method`, `route`, `status`: never a job id or a
- * tenant (unbounded series).
+ * tenant (unbounded series), with one exception: `longhaul_upload_bytes{tenant}`, one series per
+ * tenant that keeps uploads, tenants being those of the API keys (one without keys).
  */
 import type { Metric, Registry } from 'prom-client';
 import { isRelayed } from '../channel/bridge.js';
@@ -54,6 +55,8 @@ export class LonghaulMetrics {
   private readonly unsubscribe: Array<() => void> = [];
   private readonly http: KeyedSeries<'method' | 'route' | 'status'>;
   private readonly httpSeconds: KeyedHistogram<'method' | 'route' | 'status'>;
+  private readonly quotaRefusals: KeyedSeries<'quota'>;
+  private readUploadBytes: (() => Promise<ReadonlyMap<string, number>>) | null = null;
   private readonly defaultMetrics: boolean;
   private registryLoad: Promise<Registry> | undefined;
   private loaded: Registry | undefined;
@@ -114,6 +117,24 @@ export class LonghaulMetrics {
       buckets: HTTP_BUCKETS,
       registers,
     });
+    this.quotaRefusals = new KeyedSeries({
+      name: 'longhaul_quota_refusals_total',
+      help: 'Uploads and schedules this process refused at a tenant quota or limit, by quota (maxUploads, maxUploadBytes, maxSchedules, minInterval).',
+      type: 'counter',
+      labelNames: ['quota'],
+    });
+    const uploadBytes = new KeyedSeries({
+      name: 'longhaul_upload_bytes',
+      help: 'Bytes of uploads kept (not yet expired) per tenant, read from the blob store at each scrape: the same on every server sharing it. Only servers that accept uploads report it.',
+      type: 'gauge',
+      labelNames: ['tenant'],
+      collect: async (series) => {
+        if (!this.readUploadBytes) return;
+        const byTenant = await this.readUploadBytes();
+        series.reset();
+        for (const [tenant, bytes] of byTenant) series.set([tenant], bytes);
+      },
+    });
     const jobs = new KeyedSeries({
       name: 'longhaul_jobs',
       help: 'Jobs in the database by state and task type, all tenants (from the counters the store keeps; the same on every instance).',
@@ -151,6 +172,8 @@ export class LonghaulMetrics {
       this.httpSeconds,
       jobs,
       stalledNow,
+      this.quotaRefusals,
+      uploadBytes,
     ] as Array<KeyedSeries<string> | KeyedHistogram<string>>;
     this.defaultMetrics = options.defaultMetrics !== false;
 
@@ -189,6 +212,16 @@ export class LonghaulMetrics {
     const labels = [method, route, String(status)];
     this.http.add(labels);
     this.httpSeconds.observe(labels, seconds);
+  }
+
+  /** An upload or schedule refused at a tenant quota (blobs/upload-quota.ts, facade/schedules.ts). */
+  quotaRefused(quota: 'maxUploads' | 'maxUploadBytes' | 'maxSchedules' | 'minInterval'): void {
+    this.quotaRefusals.add([quota]);
+  }
+
+  /** Where `longhaul_upload_bytes` reads the bytes kept per tenant (the upload routes set it over their blob store). */
+  reportUploadBytes(read: () => Promise<ReadonlyMap<string, number>>): void {
+    this.readUploadBytes = read;
   }
 
   /** The text exposition format (Prometheus 0.0.4). The first call loads prom-client. */

@@ -29,6 +29,8 @@ import { type TenantScopeConfig, tenantScopeHook } from './tenant-scope.js';
 import { acceptWebSockets } from './websocket.js';
 import { parseJson } from '../core/json-text.js';
 import { redactUrl } from '../core/log-fields.js';
+import { resourceQuotaFor } from '../core/quotas.js';
+import { uploadBytesByTenant } from '../blobs/upload-quota.js';
 import { jsonDepth, MAX_JSON_DEPTH } from '../core/limits.js';
 
 export interface ServerOptions {
@@ -264,6 +266,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const files = options.files === undefined || options.files === true ? await filesOf(options.lh) : options.files;
   if (files) {
     await registerUploadRoutes(app, files);
+    // longhaul_upload_bytes{tenant}: read from the ledger in the blob storage this server uploads to.
+    metrics.reportUploadBytes(() => uploadBytesByTenant(files.blobs));
     registerResultRoutes(app, files);
   }
   if (options.dashboard !== false) await registerDashboard(app, options.dashboard === true || options.dashboard === undefined ? {} : options.dashboard);
@@ -296,6 +300,8 @@ async function filesOf(lh: Longhaul): Promise<UploadRouteOptions & ResultRouteOp
     signer: await jf.signer(),
     maxUploadBytes: jf.limits.maxUploadBytes,
     uploadTtlMs: jf.limits.uploadTtlMs,
+    uploadQuota: (tenant) => resourceQuotaFor(lh.config.tenantQuotas, tenant),
+    onQuotaRefused: (quota) => lh.metrics.quotaRefused(quota),
     getResultFiles: (id, tenant) => lh.resultFiles(id, tenant),
     onDownload: (jobId, name) => lh.countDownload(jobId, name),
   };

@@ -4,7 +4,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { isTransientStoreError } from '../core/store-errors.js';
-import { BatchItemError, InputValidationError, InvalidOptionsError, InvalidScheduleError, LonghaulError, QueueFullError, TenantQuotaExceededError, UnstorableValueError } from '../core/errors.js';
+import { BatchItemError, InputValidationError, InvalidOptionsError, InvalidScheduleError, LonghaulError, QueueFullError, ScheduleTooFrequentError, TenantQuotaExceededError, UnstorableValueError, UploadQuotaExceededError } from '../core/errors.js';
 
 export interface FieldError {
   path: string;
@@ -88,6 +88,8 @@ export function toProblem(err: unknown): HttpProblem {
   if (err instanceof UnstorableValueError) return new HttpProblem(err.status, err.code, err.message, { errors: [{ path: err.path, message: err.issue }] });
   if (err instanceof QueueFullError) return new HttpProblem(503, err.code, err.message, { retryAfterSeconds: 5 });
   if (err instanceof TenantQuotaExceededError) return new HttpProblem(429, err.code, err.message, { retryAfterSeconds: err.retryAfterSeconds });
+  if (err instanceof UploadQuotaExceededError) return new HttpProblem(429, err.code, err.message, { retryAfterSeconds: err.retryAfterSeconds });
+  if (err instanceof ScheduleTooFrequentError) return new HttpProblem(422, err.code, err.message, { errors: err.details as FieldError[] });
   // Over HTTP a bad option is a bad request field like any other: one code, the field named.
   if (err instanceof InvalidOptionsError) return invalidRequest(err.message, err.field === undefined ? [] : [{ path: err.field, message: err.message }]);
   if (err instanceof LonghaulError) return new HttpProblem(err.status, err.code, err.message);

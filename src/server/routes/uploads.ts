@@ -1,7 +1,8 @@
 /**
  * Upload routes:
  *   POST /v1/uploads       the raw request body (any content type) streamed to blob storage →
- *                          201 {id, size, sha256, contentType, createdAt, expiresAt}; 413 beyond the limit
+ *                          201 {id, size, sha256, contentType, createdAt, expiresAt}; 413 beyond the limit;
+ *                          429 UPLOAD_QUOTA_EXCEEDED past the tenant's maxUploads or maxUploadBytes
  *   GET  /v1/uploads/{id}  that metadata; 404 unknown or another tenant's, 410 after expiry
  * The body is never parsed or buffered: this plugin's only content-type parser hands the request
  * stream through, and the size limit is enforced while streaming.
@@ -11,6 +12,9 @@ import type { Readable } from 'node:stream';
 import { DEFAULT_CONTENT_TYPE, isMediaType } from '../../blobs/media-type.js';
 import { BlobTooLargeError, type BlobStore } from '../../blobs/store.js';
 import { findUpload, storeUpload } from '../../blobs/uploads.js';
+import type { UploadQuota } from '../../blobs/upload-quota.js';
+import { UploadQuotaExceededError } from '../../core/errors.js';
+import { RESOURCE_DEFAULTS } from '../../core/quotas.js';
 import { HttpProblem } from '../problem.js';
 
 export interface UploadRouteOptions {
@@ -19,6 +23,10 @@ export interface UploadRouteOptions {
   maxUploadBytes: number;
   /** Default 24 h (LONGHAUL_UPLOAD_TTL_MS). */
   uploadTtlMs: number;
+  /** The upload quota of a tenant (maxUploads, maxUploadBytes of LONGHAUL_TENANT_QUOTAS). Default: RESOURCE_DEFAULTS for every tenant. */
+  uploadQuota?: (tenant: string) => UploadQuota;
+  /** Told of each upload refused at a quota (metrics). */
+  onQuotaRefused?: (quota: 'maxUploads' | 'maxUploadBytes') => void;
 }
 
 const problem = { $ref: 'Problem#' } as const;
@@ -47,7 +55,7 @@ export async function registerUploadRoutes(app: FastifyInstance, options: Upload
           summary: 'Upload a file (the raw request body) for jobs to read',
           tags: ['uploads'],
           consumes: ['*/*'],
-          response: { 201: uploadInfoSchema, ...Object.fromEntries([400, 401, 413].map((c) => [c, problem])) },
+          response: { 201: uploadInfoSchema, ...Object.fromEntries([400, 401, 413, 429].map((c) => [c, problem])) },
         },
         // Before body parsing: Fastify's parser lookup answers a malformed Content-Type with 415.
         onRequest: (request, _reply, done) => {
@@ -81,9 +89,17 @@ export async function registerUploadRoutes(app: FastifyInstance, options: Upload
             maxBytes: options.maxUploadBytes,
             ttlMs: options.uploadTtlMs,
             signal: abort.signal,
+            quota: options.uploadQuota?.(request.tenant) ?? RESOURCE_DEFAULTS,
+            ...(declared !== undefined && /^\d+$/.test(declared) ? { declaredBytes: Number(declared) } : {}),
           });
           return reply.code(201).header('Location', `/v1/uploads/${info.id}`).send(info);
         } catch (err) {
+          if (err instanceof UploadQuotaExceededError) {
+            options.onQuotaRefused?.(err.quota);
+            // The body may not have been read (refused before its first byte): close after answering.
+            if (!request.raw.complete) reply.header('Connection', 'close');
+            throw err;
+          }
           if (err instanceof BlobTooLargeError) {
             // The rest of the body is not read: close the connection after answering.
             reply.header('Connection', 'close');
