@@ -50,7 +50,10 @@ const locks = new WeakMap<BlobStore, Map<string, Promise<unknown>>>();
 
 async function serially<T>(blobs: BlobStore, tenant: string, fn: () => Promise<T>): Promise<T> {
   let byTenant = locks.get(blobs);
-  if (!byTenant) locks.set(blobs, (byTenant = new Map()));
+  if (!byTenant) {
+    byTenant = new Map();
+    locks.set(blobs, byTenant);
+  }
   const previous = byTenant.get(tenant) ?? Promise.resolve();
   const run = previous.then(fn, fn);
   const settled = run.then(
