@@ -57,6 +57,11 @@ export interface LonghaulConfig {
    * `<database>.secrets-key` (0600); PostgreSQL needs it set wherever a job has its own secret.
    */
   secretsKey: string | undefined;
+  /**
+   * The shortest interval between two ticks of a schedule created or changed over the API or
+   * `lh.schedules` (ms; 0: any, down to every second). Declared schedules are not checked.
+   */
+  scheduleMinIntervalMs: number;
 }
 
 /** What callers give: any setting, retention as written (`'7d'`, ms, `'forever'`). */
@@ -82,6 +87,7 @@ export const DEFAULTS: LonghaulConfig = {
   priorityAgingMs: 300_000,
   tenantQuotas: {},
   secretsKey: undefined,
+  scheduleMinIntervalMs: 60_000,
 };
 
 type Env = Record<string, string | undefined>;
@@ -179,7 +185,17 @@ function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
     // The option, when given, replaces the variable as a whole (quotas are one table, not per-state settings).
     tenantQuotas: options.tenantQuotas !== undefined ? parseTenantQuotas(options.tenantQuotas) : tenantQuotasFromEnv(env),
     secretsKey: secretsKey(options.secretsKey, env),
+    scheduleMinIntervalMs: scheduleMinInterval(options.scheduleMinIntervalMs, env),
   };
+}
+
+/** `scheduleMinIntervalMs` (ms ≥ 0), else LONGHAUL_SCHEDULE_MIN_INTERVAL (a duration, or 0), else 1 minute. */
+function scheduleMinInterval(option: number | undefined, env: Env): number {
+  if (option !== undefined) {
+    if (!Number.isSafeInteger(option) || option < 0) throw new Error(`scheduleMinIntervalMs must be an integer of ms ≥ 0 (got ${String(option)})`);
+    return option;
+  }
+  return durationFromEnv(env, 'LONGHAUL_SCHEDULE_MIN_INTERVAL') ?? DEFAULTS.scheduleMinIntervalMs;
 }
 
 /** The secrets key as given (option, else LONGHAUL_SECRETS_KEY), checked now so that a malformed one is refused at start. */

@@ -102,6 +102,24 @@ export function nextTicks(s: Pick<ScheduleSpec, 'cron' | 'timezone'>, after: num
     .map((d) => d.getTime());
 }
 
+/** Ticks sampled to find a cron's shortest interval: enough to cover any pattern of the seconds and minutes fields. */
+const INTERVAL_SAMPLE = 121;
+
+/**
+ * The shortest time between two consecutive ticks among the next ones after `after` (ms), or null
+ * when it ticks less than twice. A sample: a pattern of every field repeats within it for the
+ * expressions that fire often, which are the ones a minimum interval is about.
+ */
+export function minTickIntervalMs(s: Pick<ScheduleSpec, 'cron' | 'timezone'>, after: number): number | null {
+  const ticks = nextTicks(s, after, INTERVAL_SAMPLE);
+  let min: number | null = null;
+  for (let i = 1; i < ticks.length; i++) {
+    const gap = (ticks[i] as number) - (ticks[i - 1] as number);
+    if (min === null || gap < min) min = gap;
+  }
+  return min;
+}
+
 /** The first tick strictly after `after`, or null. */
 export function nextTick(s: Pick<ScheduleSpec, 'cron' | 'timezone'>, after: number): number | null {
   return nextTicks(s, after, 1)[0] ?? null;

@@ -20,7 +20,7 @@ import { InvalidOptionsError } from '../core/errors.js';
 import type { JobSnapshot } from '../core/job.js';
 import { jobLogFields, LOG_REDACT } from '../core/log-fields.js';
 import { loadOptional, OPTIONAL_PACKAGES } from '../core/optional-packages.js';
-import { runningCaps } from '../core/quotas.js';
+import { resourceQuotaFor, runningCaps } from '../core/quotas.js';
 import { LonghaulMetrics } from '../metrics/metrics.js';
 import { Eraser } from './erase.js';
 import type { MigrationResult, Store } from '../store/store.js';
@@ -283,6 +283,9 @@ export class Instance {
       enqueue: (type, input, options) => this.enqueue(type, input, options),
       logger: logger.child({ component: 'schedules' }),
       ...(clock ? { clock } : {}),
+      maxSchedules: (tenant) => resourceQuotaFor(config.tenantQuotas, tenant).maxSchedules,
+      minIntervalMs: config.scheduleMinIntervalMs,
+      refused: (quota) => this.metrics.quotaRefused(quota),
     });
     this.eraser = new Eraser({ store, deleteFiles: async (id) => deleteJobResults((await this.files.open()).blobs, id) });
     this.parents = new ParentTracker({ store, bus, log: logger.child({ component: 'workflows' }) });

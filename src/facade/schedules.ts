@@ -12,10 +12,22 @@
  * comes back) and moves it on.
  */
 import type { Logger } from 'pino';
-import { IdempotencyConflictError, InvalidScheduleError, LonghaulError, ScheduleDeclaredError, ScheduleExistsError, ScheduleNotFoundError, UnknownTaskError } from '../core/errors.js';
+import {
+  IdempotencyConflictError,
+  InvalidScheduleError,
+  LonghaulError,
+  QueueFullError,
+  ScheduleDeclaredError,
+  ScheduleExistsError,
+  ScheduleNotFoundError,
+  ScheduleQuotaExceededError,
+  ScheduleTooFrequentError,
+  TenantQuotaExceededError,
+  UnknownTaskError,
+} from '../core/errors.js';
 import type { ScheduleInput, SchedulePatch, ScheduleView } from '../core/api-types.js';
 import type { JobSnapshot } from '../core/job.js';
-import { decideTick, nextTick, nextTicks, type ScheduleRecord, type ScheduleSpec, scheduleSpecProblem, tickKey } from '../core/schedule.js';
+import { decideTick, minTickIntervalMs, nextTick, nextTicks, type ScheduleRecord, type ScheduleSpec, scheduleSpecProblem, tickKey } from '../core/schedule.js';
 import { isTerminal } from '../core/states.js';
 import type { JobQueueStore, ScheduleStore } from '../store/store.js';
 import type { SubmitOptions } from './submission.js';
@@ -30,6 +42,8 @@ const MAX_ROUNDS = 200;
 export const NEXT_RUNS_SHOWN = 5;
 /** The most schedules a list returns. */
 export const MAX_SCHEDULES_LISTED = 1000;
+/** A schedule whose ticks a quota keeps refusing is logged at most this often (it stays due, and is tried every pass). */
+export const REFUSED_TICK_LOG_MS = 60_000;
 
 export type { ScheduleInput, SchedulePatch, ScheduleView } from '../core/api-types.js';
 
@@ -52,6 +66,12 @@ export interface SchedulesContext {
   readonly enqueue: (type: string, input: unknown, options: SubmitOptions) => Promise<{ job: JobSnapshot; replayed: boolean }>;
   readonly logger: Logger;
   readonly clock?: () => number;
+  /** The most schedules a tenant may have (maxSchedules of the tenant quotas); creating one more is refused. None: unlimited. */
+  readonly maxSchedules?: (tenant: string) => number;
+  /** The shortest time between two ticks a created or changed schedule may have (LONGHAUL_SCHEDULE_MIN_INTERVAL); 0: any. */
+  readonly minIntervalMs?: number;
+  /** Told of each schedule refused at its quota or the minimum interval (metrics). */
+  readonly refused?: (quota: 'maxSchedules' | 'minInterval') => void;
 }
 
 export interface ScheduleScope {
@@ -83,6 +103,10 @@ export function normalizeSpec(input: unknown): ScheduleSpec {
 
 export class Schedules {
   private readonly clock: () => number;
+  /** Creations per tenant, one at a time in this process, so that the count check holds under concurrent requests. */
+  private readonly creating = new Map<string, Promise<unknown>>();
+  /** Schedules whose tick a quota refused: when that was last logged, and how many refusals since. */
+  private readonly refusedTicks = new Map<string, { loggedAt: number; since: number }>();
 
   constructor(private readonly ctx: SchedulesContext) {
     this.clock = ctx.clock ?? Date.now;
@@ -125,14 +149,57 @@ export class Schedules {
     };
   }
 
+  /** A cron that fires more often than the minimum interval is refused (created or changed over the API; declared ones are the operator's). */
+  private checkInterval(spec: ScheduleSpec): void {
+    const min = this.ctx.minIntervalMs ?? 0;
+    if (min <= 0) return;
+    const interval = minTickIntervalMs(spec, this.clock());
+    if (interval !== null && interval < min) {
+      this.ctx.refused?.('minInterval');
+      throw new ScheduleTooFrequentError(spec.cron, interval, min);
+    }
+  }
+
+  /** Runs `fn` after the tenant's creations under way in this process. */
+  private async oneAtATime<T>(tenant: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.creating.get(tenant) ?? Promise.resolve();
+    const run = previous.then(fn, fn);
+    const settled = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.creating.set(tenant, settled);
+    try {
+      return await run;
+    } finally {
+      if (this.creating.get(tenant) === settled) this.creating.delete(tenant);
+    }
+  }
+
   async create(input: ScheduleInput, scope: ScheduleScope = {}): Promise<ScheduleView> {
     const spec = normalizeSpec(input);
+    this.checkInterval(spec);
     await this.checkRun(spec);
+    const tenant = this.tenantOf(scope);
+    const max = this.ctx.maxSchedules?.(tenant);
+    if (max === undefined) return this.insertNew(spec, input, tenant);
+    return this.oneAtATime(tenant, async () => {
+      const existing = await this.ctx.store.listSchedules({ tenant, limit: max + 1 });
+      // A name the tenant already has is SCHEDULE_EXISTS (409), whatever the count.
+      if (existing.length >= max && !existing.some((s) => s.name === spec.name)) {
+        this.ctx.refused?.('maxSchedules');
+        throw new ScheduleQuotaExceededError(tenant, max);
+      }
+      return this.insertNew(spec, input, tenant);
+    });
+  }
+
+  private async insertNew(spec: ScheduleSpec, input: ScheduleInput, tenant: string): Promise<ScheduleView> {
     if (input.paused !== undefined && typeof input.paused !== 'boolean') throw new InvalidScheduleError([{ path: 'paused', message: 'paused must be a boolean' }]);
     const now = this.clock();
     const record: ScheduleRecord = {
       ...spec,
-      tenant: this.tenantOf(scope),
+      tenant,
       declared: false,
       paused: input.paused ?? false,
       nextRunAt: nextTick(spec, now),
@@ -160,9 +227,10 @@ export class Schedules {
     const current = await this.mustGet(name, scope);
     if (current.declared) throw new ScheduleDeclaredError(name);
     const spec = normalizeSpec({ ...current, ...patch, name });
+    const timing = spec.cron !== current.cron || spec.timezone !== current.timezone;
+    if (timing) this.checkInterval(spec);
     await this.checkRun(spec);
     const now = this.clock();
-    const timing = spec.cron !== current.cron || spec.timezone !== current.timezone;
     const record: ScheduleRecord = { ...current, ...spec, nextRunAt: timing ? nextTick(spec, now) : current.nextRunAt, updatedAt: now };
     await this.ctx.store.replaceSchedule({ schedule: record });
     return this.view(record);
@@ -253,14 +321,39 @@ export class Schedules {
       // A process that does not run this task type (an API server without the tasks module)
       // leaves the schedule to the processes that do, instead of failing on it every pass.
       if (!this.ctx.tasks.has(s.task)) continue;
+      const key = `${s.tenant}\n${s.name}`;
       try {
         await this.tickOne(s, now, report);
+        this.refusedTicks.delete(key);
       } catch (err) {
+        if (err instanceof TenantQuotaExceededError || err instanceof QueueFullError) {
+          this.refusedTick(key, s, err);
+          continue;
+        }
         // One schedule's failure (its task unknown to this process, a database hiccup) leaves it due for the next pass or another process.
         this.ctx.logger.warn({ err, schedule: s.name, tenant: s.tenant }, 'schedule tick failed; it stays due');
       }
     }
     return report;
+  }
+
+  /**
+   * A tick a quota refused (the tenant's maxQueued, or the global maxQueued): an expected state,
+   * not a fault, and the schedule is tried again every pass until the backlog shrinks. One warn
+   * line per schedule a minute at most, without a stack, saying how many refusals it stands for.
+   */
+  private refusedTick(key: string, s: ScheduleRecord, err: TenantQuotaExceededError | QueueFullError): void {
+    const at = this.clock();
+    const seen = this.refusedTicks.get(key);
+    if (seen && at - seen.loggedAt < REFUSED_TICK_LOG_MS) {
+      seen.since++;
+      return;
+    }
+    this.refusedTicks.set(key, { loggedAt: at, since: 0 });
+    this.ctx.logger.warn(
+      { schedule: s.name, tenant: s.tenant, code: err.code, reason: err.message, refusedSinceLastLine: seen?.since ?? 0 },
+      'schedule tick refused by a quota; it stays due and is tried again each pass (logged once a minute)',
+    );
   }
 
   /** Applies decisions to one schedule until it waits (a late pass may owe it several on-time ticks) or another process moved it first. */

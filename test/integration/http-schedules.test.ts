@@ -7,6 +7,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { LonghaulApiError, LonghaulClient } from '../../src/client/index.js';
 import { call, type Harness, KEY_A, KEY_B, problemOf, startHarness, until } from '../support/http-harness.js';
+
+// The per-second schedule below is under the default minimum interval between ticks (1 minute).
+process.env.LONGHAUL_SCHEDULE_MIN_INTERVAL = '1s';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 
 const dbs: TestDatabase[] = [];
