@@ -32,7 +32,7 @@ describe('tenantQuotas setting', () => {
     assert.throws(env('{acme'), /^Error: LONGHAUL_TENANT_QUOTAS must be JSON such as/);
     assert.throws(env('[1]'), /^Error: LONGHAUL_TENANT_QUOTAS must be an object/);
     assert.throws(env('{"acme":5}'), /^Error: LONGHAUL_TENANT_QUOTAS\["acme"\] must be an object/);
-    assert.throws(env('{"acme":{"maxQueue":5}}'), /^Error: LONGHAUL_TENANT_QUOTAS\["acme"\]\.maxQueue is not a quota \(use maxQueued, maxRunning\)/);
+    assert.throws(env('{"acme":{"maxQueue":5}}'), /^Error: LONGHAUL_TENANT_QUOTAS\["acme"\]\.maxQueue is not a quota \(use maxQueued, maxRunning, maxUploads, maxUploadBytes, maxSchedules\)/);
     assert.throws(env('{"acme":{"maxQueued":-1}}'), /LONGHAUL_TENANT_QUOTAS\["acme"\]\.maxQueued must be an integer ≥ 0 \(got -1\)/);
     assert.throws(env('{"acme":{"maxRunning":1.5}}'), /maxRunning must be an integer ≥ 0 \(got 1\.5\)/);
     assert.throws(env('{"":{"maxQueued":1}}'), /empty tenant name/);
