@@ -62,6 +62,12 @@ export interface LonghaulConfig {
    * `lh.schedules` (ms; 0: any, down to every second). Declared schedules are not checked.
    */
   scheduleMinIntervalMs: number;
+  /**
+   * How long a server trusts its lookup of a database API key (`longhaul keys create`;
+   * facade/api-keys.ts): a key revoked elsewhere is refused by every server within this time.
+   * 0 to 60 000 ms; 0 reads the key on every request.
+   */
+  apiKeyCacheMs: number;
 }
 
 /** What callers give: any setting, retention as written (`'7d'`, ms, `'forever'`). */
@@ -88,6 +94,7 @@ export const DEFAULTS: LonghaulConfig = {
   tenantQuotas: {},
   secretsKey: undefined,
   scheduleMinIntervalMs: 60_000,
+  apiKeyCacheMs: 5_000,
 };
 
 type Env = Record<string, string | undefined>;
@@ -186,7 +193,18 @@ function readConfig(options: ConfigOptions, env: Env): LonghaulConfig {
     tenantQuotas: options.tenantQuotas !== undefined ? parseTenantQuotas(options.tenantQuotas) : tenantQuotasFromEnv(env),
     secretsKey: secretsKey(options.secretsKey, env),
     scheduleMinIntervalMs: scheduleMinInterval(options.scheduleMinIntervalMs, env),
+    apiKeyCacheMs: apiKeyCacheMs(options.apiKeyCacheMs, env),
   };
+}
+
+/** `apiKeyCacheMs` / LONGHAUL_API_KEY_CACHE_MS: 0 to 60 000 ms (a revocation must reach every server within a minute at most). */
+function apiKeyCacheMs(option: number | undefined, env: Env): number {
+  const name = option !== undefined ? 'apiKeyCacheMs' : 'LONGHAUL_API_KEY_CACHE_MS';
+  const raw = option !== undefined ? option : env.LONGHAUL_API_KEY_CACHE_MS;
+  if (raw === undefined || (typeof raw === 'string' && raw.trim() === '')) return DEFAULTS.apiKeyCacheMs;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0 || n > 60_000) throw new Error(`${name} must be an integer of ms from 0 to 60000 (got "${String(raw)}")`);
+  return n;
 }
 
 /** `scheduleMinIntervalMs` (ms ≥ 0), else LONGHAUL_SCHEDULE_MIN_INTERVAL (a duration, or 0), else 1 minute. */

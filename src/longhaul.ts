@@ -21,6 +21,7 @@ import { type Instance, type OpenOptions, openInstance } from './facade/instance
 import { type PurgeFilter, type PurgeOutcome, purgeJobs } from './facade/purge.js';
 import * as reads from './facade/reads.js';
 import type { Schedules } from './facade/schedules.js';
+import type { ApiKeys } from './facade/api-keys.js';
 import type { BatchItem, BatchOptions, SubmitOptions } from './facade/submission.js';
 import { taskTypes } from './facade/task-types.js';
 import { type WatchOptions, watchJob } from './facade/watch.js';
@@ -55,6 +56,8 @@ export class Longhaul {
   readonly metrics: LonghaulMetrics;
   /** Cron schedules: create, list, get, update, pause, resume, delete, trigger, and the tick pass (facade/schedules.ts). */
   readonly schedules: Schedules;
+  /** API keys kept in the database: create, list, revoke, and the server's cached check (facade/api-keys.ts). */
+  readonly apiKeys: ApiKeys;
 
   private constructor(private readonly instance: Instance) {
     this.bus = instance.bus;
@@ -65,6 +68,7 @@ export class Longhaul {
     this.channel = instance.channel;
     this.metrics = instance.metrics;
     this.schedules = instance.schedules;
+    this.apiKeys = instance.apiKeys;
   }
 
   /** Opens the store (migrating it) and the channel, and wires the instance over them (facade/instance.ts). */

@@ -2,13 +2,13 @@
 /** The `longhaul` command. */
 // First: it must be in place before anything loads node:sqlite.
 import './quiet-sqlite-warning.js';
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { LonghaulError } from '../core/errors.js';
 import { Longhaul } from '../longhaul.js';
 import { registerClientCommands } from './client-commands.js';
 import { describeMigration } from './describe.js';
+import { registerKeyCommands } from './key-commands.js';
 import { CliError, makeLogger, redactUrl, runRuntime } from './runtime.js';
 
 const program = new Command();
@@ -50,17 +50,7 @@ program
     await lh.close();
   });
 
-program
-  .command('keys')
-  .description('API keys')
-  .command('create')
-  .description('make a new random API key; add the printed entry to LONGHAUL_API_KEYS')
-  .requiredOption('--tenant <name>', 'tenant the key belongs to')
-  .action((o: { tenant: string }) => {
-    if (!/^[A-Za-z0-9._-]{1,64}$/.test(o.tenant)) throw new CliError('tenant must be 1–64 letters, digits, . _ -');
-    process.stdout.write(`${o.tenant}:lh_${randomBytes(24).toString('base64url')}\n`);
-  });
-
+registerKeyCommands(program);
 registerClientCommands(program);
 
 export async function main(argv: string[]): Promise<void> {

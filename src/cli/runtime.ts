@@ -109,9 +109,10 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
   const serves = mode !== 'worker';
   const healthPortSetting = setting('--health-port', flags.healthPort, 'LONGHAUL_HEALTH_PORT');
   const healthPort = mode === 'worker' && healthPortSetting.value !== undefined && healthPortSetting.value.trim() !== '' ? intSetting(healthPortSetting, 0, 0, 65535) : null;
-  if (serves && apiKeys.length === 0 && !isLoopbackHost(host) && !flags.insecureNoAuth) {
-    throw new CliError(`refusing to listen on ${host} without API keys: set LONGHAUL_API_KEYS, or pass --insecure-no-auth`);
-  }
+  // Without LONGHAUL_API_KEYS, a non-loopback address needs keys kept in the database (`longhaul
+  // keys create`), which are known once it is open: refused then, before anything listens.
+  const needsDatabaseKeys = serves && apiKeys.length === 0 && !isLoopbackHost(host) && !flags.insecureNoAuth;
+  const noKeys = () => new CliError(`refusing to listen on ${host} without API keys: set LONGHAUL_API_KEYS or create keys with longhaul keys create, or pass --insecure-no-auth`);
   // How long to wait for a database that does not answer at start (unset: as long as it takes; 0: not at all).
   const waitSetting = { name: 'LONGHAUL_DATABASE_WAIT_MS', value: env.LONGHAUL_DATABASE_WAIT_MS };
   const waitMs = waitSetting.value === undefined || waitSetting.value.trim() === '' ? undefined : intSetting(waitSetting, 0, 0);
@@ -157,6 +158,11 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
     // missing database, a host that does not answer) does not say which database it is about.
     if (typeof (err as { code?: unknown } | null)?.code === 'string') throw new CliError(`cannot open the database ${redactUrl(database)}: ${(err as Error).message}`);
     throw err;
+  }
+  if (needsDatabaseKeys && !(await lh.apiKeys.inUse().catch(() => false))) {
+    await (await waiting.server)?.close();
+    await lh.close();
+    throw noKeys();
   }
   // The port the placeholder was given (port 0 asks the system for one) is the one the server takes over.
   const placeholder = await waiting.server;

@@ -40,6 +40,7 @@ import { prepare } from './prepare.js';
 import { RetentionOnEnd, taskRetention } from './retention.js';
 import { getJob } from './reads.js';
 import { Schedules } from './schedules.js';
+import { ApiKeys } from './api-keys.js';
 import { Submission, type SubmitOptions } from './submission.js';
 import { WATCH_POLL_MS, WATCH_SAFETY_POLL_MS, type WatchContext } from './watch.js';
 import { WatchBackstop } from './watch-backstop.js';
@@ -223,6 +224,8 @@ export class Instance {
   readonly files: LazyFiles;
   readonly submission: Submission;
   readonly schedules: Schedules;
+  /** API keys kept in the database (`longhaul keys`), and their cached check for the server. */
+  readonly apiKeys: ApiKeys;
   readonly metrics: LonghaulMetrics;
   /** Deletes ended jobs with their rows and files: retention passes, purges, discarded dead letters. */
   readonly eraser: Eraser;
@@ -274,6 +277,7 @@ export class Instance {
         attempted: (outcome) => bus.emit('webhook:attempt', { outcome }),
       }),
     ];
+    this.apiKeys = new ApiKeys({ store, logger: logger.child({ component: 'api-keys' }), cacheMs: config.apiKeyCacheMs });
     this.schedules = new Schedules({
       store,
       tasks,

@@ -7,7 +7,9 @@ import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Longhaul } from '../longhaul.js';
-import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER, tenantForKey } from './auth.js';
+import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER } from './auth.js';
+import { KeyCheck } from './key-check.js';
+import type { ApiKeyCaller } from '../facade/api-keys.js';
 import { clientErrorHandler, sendShuttingDown } from './client-errors.js';
 import { type DashboardOptions, registerDashboard } from './dashboard.js';
 import type { AppContext } from './context.js';
@@ -38,6 +40,12 @@ export interface ServerOptions {
   apiKeys?: ApiKey[];
   /** Tenants whose API keys are admin keys (`DELETE /v1/jobs`); see routes/purge.ts. */
   adminTenants?: readonly string[];
+  /**
+   * Check the API keys kept in the database (`longhaul keys create`; facade/api-keys.ts) besides
+   * `apiKeys`. Default: when the database holds any key (revoked ones too) as the server is
+   * built; a server started keyless stays keyless until restarted.
+   */
+  databaseKeys?: boolean;
   /** Request body limit in bytes (413 beyond). Default 1 MiB. */
   maxBodyBytes?: number;
   /** HMAC secret for stream tokens; random per process when unset. */
@@ -67,6 +75,8 @@ declare module 'fastify' {
     tenant: string;
     /** Set when the request authenticated with a stream token instead of an API key. */
     grant: StreamGrant | null;
+    /** An admin key's request (LONGHAUL_ADMIN_TENANTS, a database key made with --admin), or any request of a keyless server. */
+    admin: boolean;
   }
 }
 
@@ -113,6 +123,9 @@ function hookList<T>(hooks: T | T[] | undefined): T[] {
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const keys = options.apiKeys ?? [];
+  // LONGHAUL_API_KEYS, then the keys kept in the database once it holds any (key-check.ts).
+  const databaseKeys = (options.databaseKeys ?? (await options.lh.apiKeys.inUse())) ? options.lh.apiKeys : null;
+  const keyCheck = new KeyCheck(keys, new Set(options.adminTenants ?? []), databaseKeys);
   const app = Fastify({
     // Request lines name the URL without the query values that authorise it (signed URLs' sig, stream tokens).
     loggerInstance: (options.logger ? options.logger.child({}, { serializers: { req: requestLogFields } }) : undefined) as FastifyBaseLogger | undefined,
@@ -136,7 +149,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     tokens: new StreamTokens(options.streamTokenSecret),
     keepaliveMs: options.keepaliveMs ?? 15_000,
     streamBufferBytes: options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES,
-    authEnabled: keys.length > 0,
+    authEnabled: keyCheck.enabled,
     adminTenants: new Set(options.adminTenants ?? []),
     keyTenants: [...new Set(keys.map((k) => k.tenant))].sort(),
     log: app.log,
@@ -188,31 +201,41 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   app.decorateRequest('tenant', 'default');
   app.decorateRequest('grant', null);
+  app.decorateRequest('admin', false);
   // Who a request is: a stream token authenticates only the streams it names (checked by those
   // routes) and is refused anywhere else; otherwise the API key's tenant, or `default` when no
-  // keys are configured. Shared by the hooks below and the WebSocket upgrade.
-  const authorize = (authorization: string | undefined, token: unknown, streamRoute: boolean): Caller | HttpProblem => {
+  // keys are configured. Shared by the hooks below and the WebSocket upgrade. A promise when a
+  // database key must be read (key-check.ts).
+  const keyCaller = (found: ApiKeyCaller | null): Caller | HttpProblem =>
+    found ? { tenant: found.tenant, grant: null, admin: found.admin } : new HttpProblem(401, 'UNAUTHORIZED', 'API key is not valid');
+  const authorize = (authorization: string | undefined, token: unknown, streamRoute: boolean): Caller | HttpProblem | Promise<Caller | HttpProblem> => {
     if (typeof token === 'string' && token !== '') {
       const grant = ctx.tokens.verify(token);
       if (!grant) return new HttpProblem(401, 'INVALID_TOKEN', 'stream token is invalid or expired');
       if (!streamRoute) return new HttpProblem(401, 'UNAUTHORIZED', 'stream tokens only open event streams; use an API key');
-      return { tenant: grant.tenant, grant };
+      return { tenant: grant.tenant, grant, admin: false };
     }
     if (!ctx.authEnabled) return DEFAULT_CALLER;
     const presented = bearerToken(authorization);
-    const tenant = presented ? tenantForKey(keys, presented) : null;
-    if (!tenant) return new HttpProblem(401, 'UNAUTHORIZED', presented ? 'API key is not valid' : 'missing Authorization: Bearer <api key>');
-    return { tenant, grant: null };
+    if (!presented) return new HttpProblem(401, 'UNAUTHORIZED', 'missing Authorization: Bearer <api key>');
+    const found = keyCheck.resolve(presented);
+    return found instanceof Promise ? found.then(keyCaller) : keyCaller(found);
   };
   // Callback-style hooks: on every request, async hooks cost a promise round each.
   const authenticate = (streamRoute: boolean) => (request: FastifyRequest, _reply: unknown, done: (err?: Error) => void) => {
+    const settle = (caller: Caller | HttpProblem) => {
+      if (caller instanceof HttpProblem) return done(caller);
+      if (caller !== DEFAULT_CALLER) {
+        request.tenant = caller.tenant;
+        request.grant = caller.grant;
+        request.admin = caller.admin;
+      } else request.admin = true;
+      done();
+    };
     const caller = authorize(request.headers.authorization, (request.query as { token?: unknown } | undefined)?.token, streamRoute);
-    if (caller instanceof HttpProblem) return done(caller);
-    if (caller !== DEFAULT_CALLER) {
-      request.tenant = caller.tenant;
-      request.grant = caller.grant;
-    }
-    done();
+    // A database key read: its failure (the database not answering) is the request's error (503).
+    if (caller instanceof Promise) return void caller.then(settle, done);
+    settle(caller);
   };
   const authenticateStream = authenticate(true);
   const authenticateApi = authenticate(false);
@@ -256,7 +279,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
   registerOpsRoutes(app, ctx);
-  registerMetricsRoute(app, ctx, { apiKeys: keys, ...(options.metricsToken ? { metricsToken: options.metricsToken } : {}) });
+  registerMetricsRoute(app, ctx, { apiKeys: keys, ...(databaseKeys ? { databaseKeys } : {}), ...(options.metricsToken ? { metricsToken: options.metricsToken } : {}) });
   registerJobRoutes(app, ctx);
   registerWorkflowRoutes(app, ctx);
   registerScheduleRoutes(app, ctx);

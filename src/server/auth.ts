@@ -10,10 +10,12 @@ import type { StreamGrant } from './stream-token.js';
 export interface Caller {
   tenant: string;
   grant: StreamGrant | null;
+  /** An admin key (LONGHAUL_ADMIN_TENANTS, or a database key made with --admin); every caller of a keyless server. */
+  admin: boolean;
 }
 
 /** Every request when no API keys are configured. */
-export const DEFAULT_CALLER: Caller = Object.freeze({ tenant: 'default', grant: null });
+export const DEFAULT_CALLER: Caller = Object.freeze({ tenant: 'default', grant: null, admin: true });
 
 export interface ApiKey {
   tenant: string;

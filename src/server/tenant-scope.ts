@@ -14,9 +14,13 @@ import { HttpProblem, invalidRequest } from './problem.js';
 /** `tenantScope: true`: one named tenant; `'all'`: also `*`, every tenant. */
 export type TenantScopeConfig = boolean | 'all';
 
-/** Whether a caller of this tenant is an admin: LONGHAUL_ADMIN_TENANTS, or anyone without API keys. */
-export function isAdmin(ctx: Pick<AppContext, 'authEnabled' | 'adminTenants'>, tenant: string): boolean {
-  return !ctx.authEnabled || ctx.adminTenants.has(tenant);
+/**
+ * Whether a request's caller is an admin: its key's tenant is in LONGHAUL_ADMIN_TENANTS or it is
+ * a database key made with `--admin` (decided at authentication: `request.admin`), or the server
+ * has no API keys.
+ */
+export function isAdmin(ctx: Pick<AppContext, 'authEnabled'>, request: Pick<FastifyRequest, 'admin'>): boolean {
+  return !ctx.authEnabled || request.admin;
 }
 
 /** The OpenAPI description of the parameter. */
@@ -41,7 +45,7 @@ export function tenantScopeHook(ctx: Pick<AppContext, 'authEnabled' | 'adminTena
       return done(invalidRequest('tenant must be one tenant name of 1 to 200 characters', [{ path: 'tenant', message: 'must be one tenant name of 1 to 200 characters' }]));
     }
     if (asked === request.tenant) return done();
-    const admin = request.grant === null && isAdmin(ctx, request.tenant);
+    const admin = request.grant === null && isAdmin(ctx, request);
     if (!admin) {
       return done(new HttpProblem(403, 'FORBIDDEN', "reading or acting on another tenant's jobs needs an admin API key (a tenant listed in LONGHAUL_ADMIN_TENANTS)"));
     }

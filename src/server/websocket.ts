@@ -10,15 +10,18 @@ import type { Duplex } from 'node:stream';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Caller } from './auth.js';
-import { HttpProblem, problemBody } from './problem.js';
+import { HttpProblem, problemBody, toProblem } from './problem.js';
 
 const WS_PATH = '/v1/ws';
 const MAX_PAYLOAD = 64 * 1024;
 
 export interface WebSocketOptions {
   log: FastifyBaseLogger;
-  /** The caller of an upgrade, or the problem that refuses it (`token`: the `?token=` value). */
-  authorize(request: IncomingMessage, token: string | null): Caller | HttpProblem;
+  /**
+   * The caller of an upgrade, or the problem that refuses it (`token`: the `?token=` value); a
+   * promise when a database API key must be read (a rejection refuses the upgrade with its problem).
+   */
+  authorize(request: IncomingMessage, token: string | null): Caller | HttpProblem | Promise<Caller | HttpProblem>;
   /** Serves one accepted socket. */
   session(socket: WebSocket, caller: Caller): void;
 }
@@ -34,7 +37,17 @@ export function acceptWebSockets(app: FastifyInstance, options: WebSocketOptions
       return refuse(socket, new HttpProblem(400, 'INVALID_REQUEST', 'malformed request target'));
     }
     if (decodedPath(url.pathname) !== WS_PATH) return refuse(socket, new HttpProblem(404, 'NOT_FOUND', `no WebSocket endpoint at ${url.pathname}`));
-    const caller = options.authorize(request, url.searchParams.get('token'));
+    const authorized = options.authorize(request, url.searchParams.get('token'));
+    if (authorized instanceof Promise) {
+      authorized.then(
+        (caller) => accept(request, socket, head, caller),
+        (err: unknown) => refuse(socket, toProblem(err)),
+      );
+      return;
+    }
+    accept(request, socket, head, authorized);
+  };
+  const accept = (request: IncomingMessage, socket: Duplex, head: Buffer, caller: Caller | HttpProblem) => {
     if (caller instanceof HttpProblem) return refuse(socket, caller);
     wss.handleUpgrade(request, socket, head, (ws) => {
       // A protocol error (a frame over MAX_PAYLOAD: 1009, invalid UTF-8: 1007, a bad opcode or

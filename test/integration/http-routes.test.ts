@@ -955,7 +955,7 @@ describe('CLI: no API keys on a non-loopback address', () => {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('runRuntime refuses before opening anything', async () => {
+  it('runRuntime refuses before listening (the database may hold keys: it is opened to ask)', async () => {
     const saved = process.env.LONGHAUL_API_KEYS;
     delete process.env.LONGHAUL_API_KEYS;
     try {

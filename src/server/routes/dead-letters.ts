@@ -176,7 +176,7 @@ interface FilterFields {
  */
 function selectionOf(ctx: AppContext, request: FastifyRequest, fields: FilterFields): DeadLetterSelection {
   const { tenant: asked, ...rest } = fields;
-  const admin = isAdmin(ctx, request.tenant);
+  const admin = isAdmin(ctx, request);
   if (asked !== undefined && asked !== request.tenant && !admin) {
     throw new HttpProblem(403, 'FORBIDDEN', "acting on another tenant's dead letters needs an admin API key (a tenant listed in LONGHAUL_ADMIN_TENANTS)");
   }

@@ -16,7 +16,7 @@ export function registerOpsRoutes(app: FastifyInstance, ctx: AppContext): void {
   // (`tenant=` on the job routes, dead letters, purge); the suggestions are the tenants of the
   // configured API keys (jobs submitted through the library may have others).
   app.get('/v1/whoami', { schema: routeSchemas.whoami }, async (request) => {
-    const admin = request.grant === null && isAdmin(ctx, request.tenant);
+    const admin = request.grant === null && isAdmin(ctx, request);
     return { tenant: request.tenant, admin, tenants: admin ? (ctx.keyTenants.length > 0 ? ctx.keyTenants : [request.tenant]) : [request.tenant] };
   });
 }

@@ -8,6 +8,7 @@ import type { FastifyInstance } from 'fastify';
 import { isJobState, type JobState } from '../../core/states.js';
 import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
+import { isAdmin } from '../tenant-scope.js';
 
 interface PurgeQuery {
   tenant?: string;
@@ -57,7 +58,7 @@ export const purgeSchema = {
 
 export function registerPurgeRoutes(app: FastifyInstance, ctx: AppContext): void {
   app.delete<{ Querystring: PurgeQuery }>('/v1/jobs', { schema: purgeSchema }, async (request, reply) => {
-    if (ctx.authEnabled && !ctx.adminTenants.has(request.tenant)) {
+    if (!isAdmin(ctx, request)) {
       throw new HttpProblem(403, 'FORBIDDEN', 'purging jobs needs an admin API key (a tenant listed in LONGHAUL_ADMIN_TENANTS)');
     }
     const q = request.query;
