@@ -380,7 +380,7 @@ export const routeSchemas = {
     summary: 'Create a schedule',
     tags: ['schedules'],
     body: scheduleBodySchema,
-    response: { 201: scheduleView, ...errors(400, 401, 409, 413, 415, 422) },
+    response: { 201: scheduleView, ...errors(400, 401, 409, 413, 415, 422, 429) },
   },
   scheduleList: { summary: "List the tenant's schedules, by name", tags: ['schedules'], response: { 200: { type: 'object', properties: { items: { type: 'array', items: scheduleView } } }, ...errors(401) } },
   scheduleGet: { summary: 'Get a schedule with its next five runs', tags: ['schedules'], params: nameParams, response: { 200: scheduleView, ...errors(401, 404) } },
