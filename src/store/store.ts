@@ -443,7 +443,7 @@ export type * from './webhook-outbox-store.js';
 export type * from './workflow-store.js';
 
 /**
- * A whole store: the seven parts in one database, plus what concerns the database as a whole
+ * A whole store: the eight parts in one database, plus what concerns the database as a whole
  * (its schema, its connections, readiness). Code that needs one part takes that part's type.
  */
 export interface Store extends JobQueueStore, ResultFileStore, WebhookOutboxStore, WorkflowStore, ScheduleStore, RetentionStore, DeadLetterStore, ApiKeyStore {
