@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
+import { resolveConfig } from '../../src/config.js';
 import { ApiKeys } from '../../src/facade/api-keys.js';
 import { Longhaul } from '../../src/longhaul.js';
 import { buildServer } from '../../src/server/app.js';
@@ -244,5 +245,18 @@ describe('the key cache and last-use writes (injected clock)', () => {
     } finally {
       await store.close();
     }
+  });
+});
+
+describe('LONGHAUL_API_KEY_CACHE_MS', () => {
+  it('defaults to 5 s, takes 0 to 60000 ms, and refuses anything else naming the setting given', () => {
+    assert.equal(resolveConfig({}, {}).apiKeyCacheMs, 5_000);
+    assert.equal(resolveConfig({}, { LONGHAUL_API_KEY_CACHE_MS: '0' }).apiKeyCacheMs, 0);
+    assert.equal(resolveConfig({}, { LONGHAUL_API_KEY_CACHE_MS: '60000' }).apiKeyCacheMs, 60_000);
+    assert.equal(resolveConfig({ apiKeyCacheMs: 250 }, { LONGHAUL_API_KEY_CACHE_MS: 'junk' }).apiKeyCacheMs, 250, 'the option wins');
+    for (const bad of ['-1', '60001', '1.5', '5s', 'junk']) {
+      assert.throws(() => resolveConfig({}, { LONGHAUL_API_KEY_CACHE_MS: bad }), /LONGHAUL_API_KEY_CACHE_MS must be an integer of ms from 0 to 60000/);
+    }
+    assert.throws(() => resolveConfig({ apiKeyCacheMs: 120_000 }, {}), /apiKeyCacheMs must be an integer of ms from 0 to 60000/);
   });
 });
