@@ -4,6 +4,7 @@
  * time taken does not reveal which key matched.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { tenantNameProblem } from '../core/tenant-name.js';
 import type { StreamGrant } from './stream-token.js';
 
 /** Who made a request: its tenant, and the stream token's grant when it came with one. */
@@ -22,6 +23,14 @@ export interface ApiKey {
   digest: Buffer;
 }
 
+/** The shortest API key accepted: a key is a password a client presents on every request. */
+export const MIN_API_KEY_LENGTH = 16;
+
+/**
+ * `tenant:key,tenant:key` as API keys. Refused (with the entry named, never the key): an entry
+ * without both parts, a tenant name `longhaul keys create` would refuse (core/tenant-name.ts:
+ * `*` and the internal tenant among them), a key under 16 characters.
+ */
 export function parseApiKeys(spec: string | undefined): ApiKey[] {
   if (!spec || spec.trim() === '') return [];
   return spec
@@ -31,9 +40,12 @@ export function parseApiKeys(spec: string | undefined): ApiKey[] {
     .map((entry) => {
       const i = entry.indexOf(':');
       if (i <= 0 || i === entry.length - 1) throw new Error(`LONGHAUL_API_KEYS entries must be tenant:key (got "${entry.slice(0, 40)}")`);
+      const tenant = entry.slice(0, i);
+      const nameProblem = tenantNameProblem(tenant);
+      if (nameProblem) throw new Error(`LONGHAUL_API_KEYS: ${nameProblem}`);
       const key = entry.slice(i + 1);
-      if (key.length < 8) throw new Error(`API key for tenant "${entry.slice(0, i)}" is too short (at least 8 characters)`);
-      return { tenant: entry.slice(0, i), digest: digest(key) };
+      if (key.length < MIN_API_KEY_LENGTH) throw new Error(`LONGHAUL_API_KEYS: the key of tenant "${tenant}" is too short (at least ${MIN_API_KEY_LENGTH} characters)`);
+      return { tenant, digest: digest(key) };
     });
 }
 

@@ -23,8 +23,8 @@ export function buildHealthServer(options: HealthServerOptions): FastifyInstance
   app.setNotFoundHandler((request, reply) =>
     sendProblem(reply, new HttpProblem(404, 'NOT_FOUND', "a worker's health port serves /healthz, /readyz and /metrics only"), request.url.split('?')[0]),
   );
-  app.get('/healthz', async () => checkLive(lh));
-  app.get('/readyz', async () => checkReady(lh));
+  app.get('/healthz', async (request) => checkLive(lh, request.log));
+  app.get('/readyz', async (request) => checkReady(lh, request.log));
   registerMetricsRoute(app, { lh, authEnabled: false, adminTenants: new Set() }, { apiKeys: [], ...(options.metricsToken ? { metricsToken: options.metricsToken } : {}) });
   return app;
 }

@@ -35,7 +35,7 @@ export class HttpProblem extends Error {
     readonly status: number,
     readonly code: string,
     detail: string,
-    readonly extra: { errors?: FieldError[]; retryAfterSeconds?: number } = {},
+    readonly extra: { errors?: FieldError[]; retryAfterSeconds?: number; /** Extension members of the document (`reason` of /readyz). */ members?: Record<string, string> } = {},
   ) {
     super(detail);
     this.name = 'HttpProblem';
@@ -56,6 +56,7 @@ export function problemBody(problem: HttpProblem, instance?: string): Record<str
     code: problem.code,
     ...(instance ? { instance } : {}),
     ...(problem.extra.errors ? { errors: problem.extra.errors } : {}),
+    ...problem.extra.members,
   };
 }
 

@@ -13,9 +13,15 @@ export interface StreamGrant {
   exp: number;
 }
 
+/** The shortest stream-token secret accepted, as for the URL-signing secret: a short one can be guessed offline from any token. */
+export const MIN_STREAM_TOKEN_SECRET_LENGTH = 32;
+
 export class StreamTokens {
   private readonly secret: Buffer;
   constructor(secret?: string) {
+    if (secret !== undefined && secret.length < MIN_STREAM_TOKEN_SECRET_LENGTH) {
+      throw new Error(`LONGHAUL_STREAM_TOKEN_SECRET (streamTokenSecret) must be at least ${MIN_STREAM_TOKEN_SECRET_LENGTH} characters`);
+    }
     this.secret = secret ? Buffer.from(secret, 'utf8') : randomBytes(32);
   }
 

@@ -22,14 +22,15 @@ export interface WaitingServer {
 
 const RETRY_AFTER_SECONDS = 5;
 
-export async function listenWhileWaiting(host: string, port: number, firstError: unknown): Promise<WaitingServer> {
-  const detail = messageOf(firstError);
+/** `firstError` is the database's first refusal: the caller logs it; probes get only a reason code. */
+export async function listenWhileWaiting(host: string, port: number, _firstError: unknown): Promise<WaitingServer> {
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? '/').split('?')[0] as string;
     if (path === '/healthz') return send(res, 200, 'application/json', { status: 'ok', waiting: 'database' });
     const problem =
       path === '/readyz'
-        ? new HttpProblem(503, 'NOT_READY', `database is not answering: ${detail}`)
+        ? // The error stays in the log (it can name hosts and users): the probe gets its reason code.
+          new HttpProblem(503, 'NOT_READY', 'the database is not answering yet (DATABASE_UNAVAILABLE; details in the server log)', { members: { reason: 'DATABASE_UNAVAILABLE' } })
         : new HttpProblem(503, 'DATABASE_UNAVAILABLE', 'the database is not answering yet; try again', { retryAfterSeconds: RETRY_AFTER_SECONDS });
     res.setHeader('Retry-After', String(RETRY_AFTER_SECONDS));
     return send(res, 503, 'application/problem+json', problemBody(problem, path));
@@ -57,8 +58,4 @@ export async function listenWhileWaiting(host: string, port: number, firstError:
 function send(res: ServerResponse, status: number, type: string, body: unknown): void {
   res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' });
   res.end(JSON.stringify(body));
-}
-
-function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -31,7 +31,7 @@ describe('dashboard files over HTTP', () => {
     writeFileSync(join(web, 'assets', 'app-abc123.js'), 'export {};');
     writeFileSync(join(web, 'assets', 'app-abc123.css'), 'body{}');
     lh = await Longhaul.open({ database: join(dir, 'd.db'), logger: pino({ level: 'silent' }) });
-    app = await buildServer({ lh, apiKeys: parseApiKeys('t:dashboard-key-1'), logger: false, dashboard: { dir: web } });
+    app = await buildServer({ lh, apiKeys: parseApiKeys('t:dashboard-key-0001'), logger: false, dashboard: { dir: web } });
     base = await app.listen({ port: 0, host: '127.0.0.1' });
     close = async () => {
       await app.close();
@@ -72,7 +72,7 @@ describe('dashboard files over HTTP', () => {
 
   it('leaves the API as it was: keys still required, unknown paths are problems', async () => {
     assert.equal((await fetch(`${base}/v1/jobs`)).status, 401);
-    const ok = await fetch(`${base}/v1/jobs`, { headers: { authorization: 'Bearer dashboard-key-1' } });
+    const ok = await fetch(`${base}/v1/jobs`, { headers: { authorization: 'Bearer dashboard-key-0001' } });
     assert.equal(ok.status, 200);
     const unknownApi = await fetch(`${base}/v1/nothing-here`);
     assert.equal(unknownApi.status, 401);
@@ -165,12 +165,12 @@ describe('GET /v1/jobs?q= (the dashboard search)', () => {
   let dir: string;
   let lh: Longhaul;
   let app: Awaited<ReturnType<typeof buildServer>>;
-  const get = async (url: string, key = 'search-key-aaaa') => app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${key}` } });
+  const get = async (url: string, key = 'search-key-aaaa-0') => app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${key}` } });
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'longhaul-q-'));
     lh = await Longhaul.open({ database: join(dir, 'q.db'), tasks: [demoSleep], logger: pino({ level: 'silent' }) });
-    app = await buildServer({ lh, apiKeys: parseApiKeys('ta:search-key-aaaa,tb:search-key-bbbb'), logger: false, dashboard: false });
+    app = await buildServer({ lh, apiKeys: parseApiKeys('ta:search-key-aaaa-0,tb:search-key-bbbb-0'), logger: false, dashboard: false });
   });
   after(async () => {
     await app?.close();

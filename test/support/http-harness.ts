@@ -13,14 +13,14 @@ import { FsBlobStore } from '../../src/blobs/fs-store.js';
 import { FatalError, RetryableError } from '../../src/core/errors.js';
 import type { JobSnapshot } from '../../src/core/job.js';
 import { Longhaul, type OpenOptions, type WorkerHandle } from '../../src/longhaul.js';
-import { buildServer } from '../../src/server/app.js';
+import { buildServer, type ServerOptions } from '../../src/server/app.js';
 import { parseApiKeys } from '../../src/server/auth.js';
 import { defineTask } from '../../src/task-api/define.js';
 
-export const KEY_A = 'keyAAAAAAAA';
-export const KEY_B = 'keyBBBBBBBB';
+export const KEY_A = 'keyAAAAAAAAAAAAAAAA';
+export const KEY_B = 'keyBBBBBBBBBBBBBBBB';
 export const API_KEYS = `tenantA:${KEY_A},tenantB:${KEY_B}`;
-export const TOKEN_SECRET = 'test-stream-token-secret';
+export const TOKEN_SECRET = 'test-stream-token-secret-0123456789';
 
 // ---- gates: a task that blocks until the test releases it ---------------------------------
 
@@ -137,6 +137,8 @@ export interface HarnessOptions {
   worker?: boolean;
   /** A `postgres://` URL (a fresh database) instead of the default temp SQLite file. */
   database?: string;
+  /** More server options (limits, allowed hosts and origins, a logger...). */
+  server?: Partial<ServerOptions>;
 }
 
 export interface Harness {
@@ -169,6 +171,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     streamTokenSecret: TOKEN_SECRET,
     ...(options.maxBodyBytes === undefined ? {} : { maxBodyBytes: options.maxBodyBytes }),
     logger: false,
+    ...options.server,
   });
   const address = await app.listen({ port: 0, host: '127.0.0.1' });
   let closed = false;

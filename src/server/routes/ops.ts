@@ -7,8 +7,8 @@ import { isAdmin } from '../tenant-scope.js';
 
 export function registerOpsRoutes(app: FastifyInstance, ctx: AppContext): void {
   const { lh } = ctx;
-  app.get('/healthz', { schema: { summary: "Liveness: the process answers and its workers are healthy", tags: ['ops'] } }, async () => checkLive(lh));
-  app.get('/readyz', { schema: { summary: 'Readiness: live, and the database answers', tags: ['ops'] } }, async () => checkReady(lh));
+  app.get('/healthz', { schema: { summary: "Liveness: the process answers and its workers are healthy", tags: ['ops'] } }, async (request) => checkLive(lh, request.log));
+  app.get('/readyz', { schema: { summary: 'Readiness: live, and the database answers', tags: ['ops'] } }, async (request) => checkReady(lh, request.log));
 
   app.get('/v1/stats', { schema: routeSchemas.stats }, async (request) => lh.stats({ tenant: request.tenant }));
 
