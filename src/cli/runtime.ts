@@ -5,6 +5,7 @@ import pino, { type Logger } from 'pino';
 import { LOG_REDACT } from '../core/log-fields.js';
 import { MissingPackageError } from '../core/optional-packages.js';
 import { DEFAULTS, type LogLevel, logLevelFromEnv } from '../config.js';
+import { DEFAULT_MAX_STREAMS_PER_TENANT, DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET } from '../server/stream-limits.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
 import type { FastifyInstance } from 'fastify';
@@ -105,6 +106,12 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
   const drainMs = intSetting({ name: '--drain-ms', value: flags.drainMs }, 10_000, 0);
   const maxBodyBytes = intSetting({ name: 'LONGHAUL_MAX_BODY_BYTES', value: env.LONGHAUL_MAX_BODY_BYTES }, 1 << 20, 1);
   const streamBufferBytes = intSetting({ name: 'LONGHAUL_STREAM_BUFFER_BYTES', value: env.LONGHAUL_STREAM_BUFFER_BYTES }, DEFAULT_STREAM_BUFFER_BYTES, 1024);
+  const maxStreamsPerTenant = intSetting({ name: 'LONGHAUL_MAX_STREAMS_PER_TENANT', value: env.LONGHAUL_MAX_STREAMS_PER_TENANT }, DEFAULT_MAX_STREAMS_PER_TENANT, 1);
+  const maxSubscriptionsPerSocket = intSetting(
+    { name: 'LONGHAUL_MAX_SUBSCRIPTIONS_PER_SOCKET', value: env.LONGHAUL_MAX_SUBSCRIPTIONS_PER_SOCKET },
+    DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET,
+    1,
+  );
   const apiKeys = parseApiKeys(env.LONGHAUL_API_KEYS);
   const serves = mode !== 'worker';
   const healthPortSetting = setting('--health-port', flags.healthPort, 'LONGHAUL_HEALTH_PORT');
@@ -182,6 +189,8 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
           .filter(Boolean),
         maxBodyBytes,
         streamBufferBytes,
+        maxStreamsPerTenant,
+        maxSubscriptionsPerSocket,
         ...(env.LONGHAUL_STREAM_TOKEN_SECRET ? { streamTokenSecret: env.LONGHAUL_STREAM_TOKEN_SECRET } : {}),
         ...(env.LONGHAUL_METRICS_TOKEN ? { metricsToken: env.LONGHAUL_METRICS_TOKEN } : {}),
         logger: logger.child({ component: 'http' }, { level: httpLogLevel }),

@@ -55,6 +55,8 @@ export class LonghaulMetrics {
   private readonly unsubscribe: Array<() => void> = [];
   private readonly http: KeyedSeries<'method' | 'route' | 'status'>;
   private readonly httpSeconds: KeyedHistogram<'method' | 'route' | 'status'>;
+  private readonly streamsOpen: KeyedSeries<'kind'>;
+  private readonly streamsRefused: KeyedSeries<'kind'>;
   private readonly quotaRefusals: KeyedSeries<'quota'>;
   private readUploadBytes: (() => Promise<ReadonlyMap<string, number>>) | null = null;
   private readonly defaultMetrics: boolean;
@@ -135,6 +137,18 @@ export class LonghaulMetrics {
         for (const [tenant, bytes] of byTenant) series.set([tenant], bytes);
       },
     });
+    this.streamsOpen = new KeyedSeries({
+      name: 'longhaul_streams_open',
+      help: 'Streams this server holds open, by kind (sse: per-job and feed responses; websocket), all tenants.',
+      type: 'gauge',
+      labelNames: ['kind'],
+    });
+    this.streamsRefused = new KeyedSeries({
+      name: 'longhaul_streams_refused_total',
+      help: 'Streams refused at the per-tenant cap (sse: 429, websocket: close 1008) and WebSocket subscriptions refused at the per-socket cap (subscription).',
+      type: 'counter',
+      labelNames: ['kind'],
+    });
     const jobs = new KeyedSeries({
       name: 'longhaul_jobs',
       help: 'Jobs in the database by state and task type, all tenants (from the counters the store keeps; the same on every instance).',
@@ -170,6 +184,8 @@ export class LonghaulMetrics {
       abandonedPending,
       this.http,
       this.httpSeconds,
+      this.streamsOpen,
+      this.streamsRefused,
       jobs,
       stalledNow,
       this.quotaRefusals,
@@ -222,6 +238,16 @@ export class LonghaulMetrics {
   /** Where `longhaul_upload_bytes` reads the bytes kept per tenant (the upload routes set it over their blob store). */
   reportUploadBytes(read: () => Promise<ReadonlyMap<string, number>>): void {
     this.readUploadBytes = read;
+  }
+
+  /** A stream opened (+1) or closed (-1) by this server (server/stream-limits.ts). */
+  streamOpenChange(kind: 'sse' | 'websocket', delta: number): void {
+    this.streamsOpen.add([kind], delta);
+  }
+
+  /** A stream or a WebSocket subscription refused at its cap. */
+  streamRefused(kind: 'sse' | 'websocket' | 'subscription'): void {
+    this.streamsRefused.add([kind]);
   }
 
   /** The text exposition format (Prometheus 0.0.4). The first call loads prom-client. */

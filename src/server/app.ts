@@ -29,6 +29,7 @@ import { problemSchema, snapshotSchema } from './schemas.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
 import { type TenantScopeConfig, tenantScopeHook } from './tenant-scope.js';
 import { acceptWebSockets } from './websocket.js';
+import { DEFAULT_MAX_STREAMS_PER_TENANT, DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET, StreamLimits } from './stream-limits.js';
 import { parseJson } from '../core/json-text.js';
 import { redactUrl } from '../core/log-fields.js';
 import { resourceQuotaFor } from '../core/quotas.js';
@@ -58,6 +59,14 @@ export interface ServerOptions {
    * Default 256 KiB.
    */
   streamBufferBytes?: number;
+  /**
+   * Streams (SSE responses and WebSocket connections together) one tenant may hold open; past
+   * it, SSE gets 429 `TOO_MANY_STREAMS` and a WebSocket is closed with 1008 (LONGHAUL_MAX_STREAMS_PER_TENANT).
+   * Default 100; see server/stream-limits.ts.
+   */
+  maxStreamsPerTenant?: number;
+  /** Job subscriptions one WebSocket may hold (LONGHAUL_MAX_SUBSCRIPTIONS_PER_SOCKET). Default 1000. */
+  maxSubscriptionsPerSocket?: number;
   logger?: Logger | false;
   /** A bearer token that may read `GET /metrics` (LONGHAUL_METRICS_TOKEN); see routes/metrics.ts. */
   metricsToken?: string;
@@ -116,6 +125,13 @@ function requestLogFields(req: FastifyRequest): Record<string, unknown> {
   return { method: req.method, url: redactUrl(req.url), host: req.host, remoteAddress: req.ip };
 }
 
+/** A server option that must be a positive integer: its value, the default when unset, or a TypeError naming it. */
+function positiveInteger(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer (got ${String(value)})`);
+  return value;
+}
+
 /** A route option's hooks as a list (Fastify takes one function or an array). */
 function hookList<T>(hooks: T | T[] | undefined): T[] {
   return hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
@@ -142,6 +158,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     clientErrorHandler,
   });
   const metrics = options.lh.metrics;
+  const maxStreamsPerTenant = positiveInteger('maxStreamsPerTenant', options.maxStreamsPerTenant, DEFAULT_MAX_STREAMS_PER_TENANT);
+  const maxSubscriptionsPerSocket = positiveInteger('maxSubscriptionsPerSocket', options.maxSubscriptionsPerSocket, DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET);
   const ctx: AppContext = {
     lh: options.lh,
     hub: new JobHub(options.lh),
@@ -154,6 +172,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     keyTenants: [...new Set(keys.map((k) => k.tenant))].sort(),
     log: app.log,
     streams: new Set(),
+    limits: new StreamLimits({
+      maxStreamsPerTenant,
+      onRefused: (kind) => metrics.streamRefused(kind),
+      onOpenChange: (kind, delta) => metrics.streamOpenChange(kind, delta),
+    }),
+    maxSubscriptionsPerSocket,
     closing: false,
   };
   app.addHook('onRequest', (_request, reply, done) => {

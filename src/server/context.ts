@@ -6,6 +6,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Longhaul } from '../longhaul.js';
 import type { FeedHub, JobHub } from './hub.js';
+import type { StreamLimits } from './stream-limits.js';
 import type { StreamTokens } from './stream-token.js';
 
 export interface AppContext {
@@ -23,6 +24,10 @@ export interface AppContext {
   log: FastifyBaseLogger;
   /** Closers of the open SSE responses: ended on shutdown, or app.close() would wait for them forever. */
   streams: Set<() => void>;
+  /** Open streams per tenant, and their cap (server/stream-limits.ts). */
+  limits: StreamLimits;
+  /** Job subscriptions one WebSocket may hold. */
+  maxSubscriptionsPerSocket: number;
   /** Set when close() begins: later requests (on kept-alive connections) get a 503 problem. */
   closing: boolean;
 }

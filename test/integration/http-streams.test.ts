@@ -159,7 +159,8 @@ describe('HTTP streams', () => {
   };
 
   before(async () => {
-    h = await startHarness({ keepaliveMs: 100 });
+    // The fan-out test opens 200 streams of one tenant: past the default cap of 100 (stream-limits.ts).
+    h = await startHarness({ keepaliveMs: 100, server: { maxStreamsPerTenant: 1000 } });
   });
   after(async () => {
     for (const r of readers) r.close();

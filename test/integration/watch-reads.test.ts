@@ -105,7 +105,11 @@ for (const kind of kinds) {
           const before = reads();
           await sleep(kind.intervalMs * intervals + kind.intervalMs / 2);
           const during = reads() - before;
-          return { during, ids, seen, stop: async () => (controller.abort(), await Promise.all(loops)) };
+          const stop = async () => {
+            controller.abort();
+            await Promise.all(loops);
+          };
+          return { during, ids, seen, stop };
         };
         const small = await measure(3, 2);
         await small.stop();

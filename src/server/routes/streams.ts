@@ -12,6 +12,7 @@ import { HttpProblem, toProblem } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
 import { changeSeq, SSE_HEADERS, sseFrame, statusKey } from '../sse.js';
 import { grantAllows } from '../stream-token.js';
+import { tooManyStreams } from '../stream-limits.js';
 import { parseJson } from '../../core/json-text.js';
 
 function assertGrant(request: FastifyRequest, id: string | '*'): void {
@@ -22,10 +23,13 @@ function assertGrant(request: FastifyRequest, id: string | '*'): void {
  * Opens an SSE response and returns a writer plus a cleanup registration. A client that stops
  * reading is dropped once `ctx.streamBufferBytes` wait unsent (the kernel's socket buffers are
  * full by then): memory per connection stays bounded, and the client may reconnect with
- * `Last-Event-ID`.
+ * `Last-Event-ID`. The stream takes one of its tenant's slots (stream-limits.ts), given back by
+ * whichever close comes first; at the cap it is refused with a 429 problem before anything is sent.
  */
 function openStream(request: FastifyRequest, reply: FastifyReply, ctx: AppContext) {
-  const { keepaliveMs, streams, streamBufferBytes, log } = ctx;
+  const { keepaliveMs, streams, streamBufferBytes, log, limits } = ctx;
+  const release = limits.acquire(request.tenant, 'sse');
+  if (!release) throw new HttpProblem(429, 'TOO_MANY_STREAMS', tooManyStreams(limits.maxStreamsPerTenant));
   reply.hijack();
   const raw = reply.raw;
   raw.writeHead(200, SSE_HEADERS);
@@ -36,6 +40,7 @@ function openStream(request: FastifyRequest, reply: FastifyReply, ctx: AppContex
     if (closed) return;
     closed = true;
     streams.delete(close);
+    release();
     for (const c of cleanups) c();
     if (overflow) raw.destroy();
     else if (!raw.writableEnded) raw.end();
@@ -131,9 +136,17 @@ export function registerStreamRoutes(app: FastifyInstance, ctx: AppContext): voi
  * go out in order, whatever their route (the hub, the answer to a cancel), and each only once
  * (core/snapshot-order.ts); a client that stops reading is dropped like a slow SSE client.
  */
-export function webSocketSession({ lh, hub, streamBufferBytes, log }: AppContext): (socket: WebSocket, caller: Caller) => void {
+export function webSocketSession({ lh, hub, streamBufferBytes, log, limits, maxSubscriptionsPerSocket }: AppContext): (socket: WebSocket, caller: Caller) => void {
   return (socket, caller) => {
     const { tenant, grant } = caller;
+    // One of the tenant's stream slots, given back when the socket closes, however it closes
+    // ('close' is emitted after a close handshake, a terminate, a protocol error or a reset).
+    const slot = limits.acquire(tenant, 'websocket');
+    if (!slot) {
+      socket.close(1008, tooManyStreams(limits.maxStreamsPerTenant));
+      return;
+    }
+    socket.on('close', slot);
     const subs = new Map<string, () => void>();
     /** The last snapshot sent of each subscribed job. */
     const sent = new Map<string, JobSnapshot>();
@@ -175,6 +188,10 @@ export function webSocketSession({ lh, hub, streamBufferBytes, log }: AppContext
         if (grant && !grantAllows(grant, id)) throw new HttpProblem(401, 'INVALID_TOKEN', 'this stream token does not grant that job');
         if (msg.op === 'subscribe') {
           if (subs.has(id)) return;
+          if (subs.size >= maxSubscriptionsPerSocket) {
+            limits.refusedSubscription();
+            throw new HttpProblem(429, 'TOO_MANY_SUBSCRIPTIONS', `this socket holds ${maxSubscriptionsPerSocket} subscriptions, the most it may; unsubscribe from one first`);
+          }
           // Claim the slot before awaiting: a repeated subscribe must not subscribe twice (and
           // leak the first subscription), and an unsubscribe or close meanwhile must win.
           let dropped = false;
