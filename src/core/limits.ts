@@ -19,6 +19,14 @@ export const MAX_PAGE_LIMIT = 1000;
 export const DEAD_LETTER_BATCH = 500;
 /** Job ids a bulk dead-letter retry or discard may name at once (`ids`). */
 export const MAX_DEAD_LETTER_IDS = 1000;
+/**
+ * The furthest time from the epoch a Date holds (±8.64e15 ms, about 275,000 years): a time
+ * option past it is refused, so that no store is asked for a number its 64-bit columns cannot
+ * hold (PostgreSQL's bigint ends at 9.2e18) or a Date cannot show.
+ */
+export const MAX_TIME_MS = 8.64e15;
+/** The largest lease (an attempts cursor names one): PostgreSQL keeps it in an `integer`. */
+export const MAX_LEASE = 2 ** 31 - 1;
 /** How deeply `input` and `metadata` may nest (deeper JSON is refused rather than risking the stack). */
 export const MAX_JSON_DEPTH = 64;
 

@@ -12,7 +12,7 @@ import type { JobBus } from '../channel/bus.js';
 import type { AttemptPage, DeadLetterGroupView, DeadLetterOutcome, JobAttempt } from '../core/api-types.js';
 import { InvalidOptionsError, JobNotFoundError } from '../core/errors.js';
 import type { JobRecord, JobSnapshot } from '../core/job.js';
-import { DEAD_LETTER_BATCH, MAX_DEAD_LETTER_IDS, MAX_PAGE_LIMIT } from '../core/limits.js';
+import { DEAD_LETTER_BATCH, MAX_DEAD_LETTER_IDS, MAX_LEASE, MAX_PAGE_LIMIT, MAX_TIME_MS } from '../core/limits.js';
 import { hasUnstorable } from '../core/storable.js';
 import { manualRetry } from '../core/transitions.js';
 import type { Eraser } from './erase.js';
@@ -61,7 +61,9 @@ function pageLimit(limit: number | undefined, fallback: number): number {
 function timeOf(value: Date | string | number, field: string): number {
   const ms =
     value instanceof Date ? value.getTime() : typeof value === 'number' ? value : typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : Date.parse(String(value));
-  if (!Number.isFinite(ms)) throw new InvalidOptionsError(`${field} must be an ISO 8601 date-time or ms since the epoch (got ${JSON.stringify(String(value).slice(0, 40))})`, field);
+  if (!Number.isFinite(ms) || Math.abs(ms) > MAX_TIME_MS) {
+    throw new InvalidOptionsError(`${field} must be an ISO 8601 date-time or ms since the epoch (got ${JSON.stringify(String(value).slice(0, 40))})`, field);
+  }
   return ms;
 }
 
@@ -101,7 +103,7 @@ export function deadLetterFilter(selection: DeadLetterSelection): DeadLetterFilt
 // ---- attempts -------------------------------------------------------------------------------------
 
 function parseAttemptCursor(cursor: string): number {
-  if (!/^\d{1,10}$/.test(cursor)) throw new InvalidOptionsError('cursor is invalid: pass the nextCursor of an earlier page, unchanged', 'cursor');
+  if (!/^\d{1,10}$/.test(cursor) || Number(cursor) > MAX_LEASE) throw new InvalidOptionsError('cursor is invalid: pass the nextCursor of an earlier page, unchanged', 'cursor');
   return Number(cursor);
 }
 

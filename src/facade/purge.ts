@@ -5,6 +5,8 @@
  * them and purge again. An unfiltered purge is refused: it would erase every tenant at once.
  */
 import { InvalidOptionsError } from '../core/errors.js';
+import { MAX_TIME_MS } from '../core/limits.js';
+import { hasUnstorable } from '../core/storable.js';
 import { isJobState, type JobState } from '../core/states.js';
 import type { Eraser, Erased } from './erase.js';
 import type { RetentionStore } from '../store/store.js';
@@ -31,7 +33,14 @@ export async function purgeJobs(ctx: { store: RetentionStore; eraser: Eraser }, 
   if (filter.tenant === undefined && filter.type === undefined && filter.before === undefined) {
     throw new InvalidOptionsError('a purge needs a filter: tenant, type or before (an unfiltered purge would erase every tenant)', 'tenant');
   }
-  if (filter.before !== undefined && !Number.isFinite(filter.before)) throw new InvalidOptionsError('before must be a time', 'before');
+  if (filter.before !== undefined && (!Number.isFinite(filter.before) || Math.abs(filter.before) > MAX_TIME_MS)) throw new InvalidOptionsError('before must be a time', 'before');
+  // No job holds such a text (and PostgreSQL would refuse it in a query): nothing could match.
+  for (const field of ['tenant', 'type'] as const) {
+    const v = filter[field];
+    if (v !== undefined && (typeof v !== 'string' || v === '' || hasUnstorable(v))) {
+      throw new InvalidOptionsError(`${field} must be a non-empty string without U+0000 or lone surrogates`, field);
+    }
+  }
   for (const s of filter.states ?? []) {
     if (!isJobState(s) || !ENDED.includes(s)) throw new InvalidOptionsError(`state must be one of ${ENDED.join(', ')} (got "${String(s)}"): only ended jobs are purged`, 'state');
   }

@@ -29,6 +29,7 @@ import type { ScheduleInput, SchedulePatch, ScheduleView } from '../core/api-typ
 import type { JobSnapshot } from '../core/job.js';
 import { decideTick, minTickIntervalMs, nextTick, nextTicks, type ScheduleRecord, type ScheduleSpec, scheduleSpecProblem, tickKey } from '../core/schedule.js';
 import { isTerminal } from '../core/states.js';
+import { hasUnstorable } from '../core/storable.js';
 import type { JobQueueStore, ScheduleStore } from '../store/store.js';
 import type { SubmitOptions } from './submission.js';
 
@@ -122,8 +123,15 @@ export class Schedules {
     await this.ctx.check(spec.task, spec.input);
   }
 
+  /** Where a schedule is kept: a name or tenant no store can hold (U+0000, a lone surrogate) names none, and PostgreSQL would refuse it in a query. */
+  private keyOf(name: string, scope: ScheduleScope): { tenant: string; name: string } {
+    const tenant = this.tenantOf(scope);
+    if (typeof name !== 'string' || hasUnstorable(name) || typeof tenant !== 'string' || hasUnstorable(tenant)) throw new ScheduleNotFoundError(String(name));
+    return { tenant, name };
+  }
+
   private async mustGet(name: string, scope: ScheduleScope): Promise<ScheduleRecord> {
-    const found = await this.ctx.store.getSchedule({ tenant: this.tenantOf(scope), name });
+    const found = await this.ctx.store.getSchedule(this.keyOf(name, scope));
     if (!found) throw new ScheduleNotFoundError(name);
     return found;
   }
@@ -237,7 +245,7 @@ export class Schedules {
   }
 
   async pause(name: string, scope: ScheduleScope = {}): Promise<ScheduleView> {
-    const s = await this.ctx.store.setSchedulePaused({ tenant: this.tenantOf(scope), name, paused: true, now: this.clock() });
+    const s = await this.ctx.store.setSchedulePaused({ ...this.keyOf(name, scope), paused: true, now: this.clock() });
     if (!s) throw new ScheduleNotFoundError(name);
     return this.view(s);
   }
@@ -253,7 +261,7 @@ export class Schedules {
 
   /** Deletes it (a declared one comes back at the next start while the module still declares it). Runs already submitted are left alone. */
   async delete(name: string, scope: ScheduleScope = {}): Promise<void> {
-    if (!(await this.ctx.store.deleteSchedule({ tenant: this.tenantOf(scope), name }))) throw new ScheduleNotFoundError(name);
+    if (!(await this.ctx.store.deleteSchedule(this.keyOf(name, scope)))) throw new ScheduleNotFoundError(name);
   }
 
   /** Submits one run now, outside the cron times (paused or not, overlap or not), and records it as the last run. */

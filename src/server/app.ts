@@ -26,6 +26,7 @@ import { registerPurgeRoutes } from './routes/purge.js';
 import { registerDeadLetterRoutes } from './routes/dead-letters.js';
 import { registerWorkflowRoutes } from './routes/workflow.js';
 import { problemSchema, snapshotSchema } from './schemas.js';
+import { parseQueryString, refuseBadQueryEncoding } from './query-string.js';
 import { type StreamGrant, StreamTokens } from './stream-token.js';
 import { type TenantScopeConfig, tenantScopeHook } from './tenant-scope.js';
 import { acceptWebSockets } from './websocket.js';
@@ -147,7 +148,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     loggerInstance: (options.logger ? options.logger.child({}, { serializers: { req: requestLogFields } }) : undefined) as FastifyBaseLogger | undefined,
     bodyLimit: options.maxBodyBytes ?? 1024 * 1024,
     // Path parameters past this are a 414: room for a signal name (128 characters), none for junk.
-    routerOptions: { maxParamLength: 160 },
+    routerOptions: { maxParamLength: 160, querystringParser: parseQueryString },
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: true } },
     // Requests arriving while the server closes get a problem (the onRequest hook below), not
     // Fastify's plain JSON 503.
@@ -184,6 +185,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     if (ctx.closing) return sendShuttingDown(reply);
     done();
   });
+  // A query string that is not UTF-8 once decoded (query-string.ts): after authentication, before the schema.
+  app.addHook('preValidation', refuseBadQueryEncoding);
 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSON_TYPE, { parseAs: 'string' }, (_req, body, done) => {

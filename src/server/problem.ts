@@ -4,6 +4,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { isTransientStoreError } from '../core/store-errors.js';
+import { patternMessage } from './params.js';
 import { BatchItemError, InputValidationError, InvalidOptionsError, InvalidScheduleError, LonghaulError, QueueFullError, ScheduleTooFrequentError, TenantQuotaExceededError, UnstorableValueError, UploadQuotaExceededError } from '../core/errors.js';
 
 export interface FieldError {
@@ -105,7 +106,9 @@ export function toProblem(err: unknown): HttpProblem {
             ? `"${String((v.params as { missingProperty?: string }).missingProperty)}" is required`
             : v.keyword === 'enum'
               ? `must be one of ${((v.params as { allowedValues?: unknown[] }).allowedValues ?? []).map(String).join(', ')}`
-              : (v.message ?? 'is invalid'),
+              : v.keyword === 'pattern'
+                ? (patternMessage(String((v.params as { pattern?: string }).pattern)) ?? v.message ?? 'is invalid')
+                : (v.message ?? 'is invalid'),
     }));
     const where = fe.validationContext === 'body' ? 'request body' : (fe.validationContext ?? 'request');
     return invalidRequest(`${where} is invalid: ${errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; ')}`, errors);

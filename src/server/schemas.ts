@@ -6,7 +6,8 @@ import type { ScheduleInput } from '../core/api-types.js';
 import { JOB_STATES } from '../core/states.js';
 import { PRIORITIES } from '../core/job.js';
 import { MAX_ATTEMPTS_LIMIT, MAX_BATCH_JOBS, MAX_SCHEDULE_MS, MAX_TIMEOUT_MS } from '../core/limits.js';
-import { tenantQueryAllField, tenantQueryField } from './tenant-scope.js';
+import { MAX_LIST_TEXT } from '../facade/reads.js';
+import { cursorParam, jobIdParam, orEmpty, pageLimitParam, pathParams, query, scheduleNameParam, signalNameParam, stateListParam, streamTokenParam, taskTypeParam, tenantOrAllParam, tenantParam, textParam } from './params.js';
 
 const nullableString = { type: ['string', 'null'] } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
@@ -188,22 +189,14 @@ const scheduleView = {
   },
 } as const;
 
-const nameParams = {
-  type: 'object',
-  required: ['name'],
-  properties: { name: { type: 'string', maxLength: 128 } },
-} as const;
+const nameParams = pathParams({ name: scheduleNameParam });
 
-const idParams = {
-  type: 'object',
-  required: ['id'],
-  properties: { id: { type: 'string', maxLength: 64 } },
-} as const;
+const idParams = pathParams({ id: jobIdParam });
 
 const errors = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemRef]));
 
 /** An admin's `tenant` (tenant-scope.ts) on one job's routes. */
-const tenantQuery = { type: 'object', properties: { tenant: tenantQueryField } } as const;
+const tenantQuery = query({ tenant: tenantParam });
 
 /** A `{items: [...]}` answer whose items are objects with these properties. */
 const itemList = <P extends Record<string, unknown>>(properties: P) =>
@@ -236,11 +229,7 @@ export const routeSchemas = {
   signal: {
     summary: 'Send a signal to a job (its body, any JSON, is the payload; empty: null)',
     tags: ['jobs'],
-    params: {
-      type: 'object',
-      required: ['id', 'name'],
-      properties: { id: { type: 'string', maxLength: 64 }, name: { type: 'string', description: 'letters, digits and . _ : -, 1 to 128' } },
-    },
+    params: pathParams({ id: jobIdParam, name: signalNameParam }),
     response: {
       202: { type: 'object', properties: { jobId: { type: 'string' }, name: { type: 'string' }, resumed: { type: 'boolean' } } },
       ...errors(400, 401, 404, 409, 413, 415, 422),
@@ -250,18 +239,15 @@ export const routeSchemas = {
   list: {
     summary: 'List jobs, newest first',
     tags: ['jobs'],
-    querystring: {
-      type: 'object',
-      properties: {
-        status: { type: 'string', description: 'one status or several, comma-separated' },
-        type: { type: 'string' },
-        parentId: { type: 'string', maxLength: 64, description: "only this job's children (ctx.spawn), oldest first" },
-        q: { type: 'string', description: 'only jobs whose id or metadata (as JSON text) contains this text; letters A to Z without case; at most 200 characters' },
-        tenant: tenantQueryAllField,
-        limit: { type: 'string', description: 'an integer from 1 to 1000, default 50' },
-        cursor: { type: 'string' },
-      },
-    },
+    querystring: query({
+      status: { ...stateListParam, description: 'one status or several, comma-separated' },
+      type: orEmpty(taskTypeParam),
+      parentId: { ...orEmpty(jobIdParam), description: "only this job's children (ctx.spawn), oldest first" },
+      q: { ...textParam(MAX_LIST_TEXT), description: `only jobs whose id or metadata (as JSON text) contains this text; letters A to Z without case; at most ${MAX_LIST_TEXT} characters` },
+      tenant: tenantOrAllParam,
+      limit: pageLimitParam(50),
+      cursor: cursorParam,
+    }),
     response: {
       200: { type: 'object', properties: { items: { type: 'array', items: snapshotRef }, nextCursor: nullableString } },
       ...errors(400, 401, 403),
@@ -338,12 +324,12 @@ export const routeSchemas = {
     summary: 'Server-Sent Events of one job',
     tags: ['streams'],
     params: idParams,
-    querystring: { type: 'object', properties: { token: { type: 'string' }, tenant: tenantQueryField } },
+    querystring: query({ token: streamTokenParam, tenant: tenantParam }),
   },
   feed: {
     summary: "Server-Sent Events of every change to the tenant's jobs",
     tags: ['streams'],
-    querystring: { type: 'object', properties: { token: { type: 'string' }, tenant: tenantQueryField } },
+    querystring: query({ token: streamTokenParam, tenant: tenantParam }),
   },
   streamToken: {
     summary: 'Mint a short-lived token for EventSource / WebSocket',

@@ -157,7 +157,7 @@ describe('GET /v1/jobs/{id}/checkpoint', () => {
     assert.equal(theirs.statusCode, 404);
     assert.equal(theirs.json().code, 'NOT_FOUND');
     assert.equal((await app.inject({ method: 'GET', url: `/v1/jobs/${job.id}/checkpoint` })).statusCode, 401);
-    assert.equal((await app.inject({ method: 'GET', url: '/v1/jobs/no-such-job/checkpoint', headers: auth('checkpoint-key-a') })).statusCode, 404);
+    assert.equal((await app.inject({ method: 'GET', url: '/v1/jobs/no-such-job/checkpoint', headers: auth('checkpoint-key-a') })).statusCode, 400);
   });
 });
 

@@ -121,9 +121,13 @@ describe('HTTP API', () => {
       assert.equal(vendor.status, 202, vendor.text);
     });
 
-    it('answers 404 for an unknown job and for a malformed id', async () => {
+    it('answers 404 for an unknown job, and 400 naming the parameter for an id that is not one', async () => {
       problemOf(await call(h.base, `/v1/jobs/${randomUUID()}`), 404, 'NOT_FOUND');
-      problemOf(await call(h.base, '/v1/jobs/not-a-job'), 404, 'NOT_FOUND');
+      for (const id of ['not-a-job', randomUUID().toUpperCase(), '%00']) {
+        const p = problemOf(await call(h.base, `/v1/jobs/${id}`), 400, 'INVALID_REQUEST');
+        assert.deepEqual((p.errors as Array<{ path: string }>).map((e) => e.path), ['id'], id);
+        assert.match(String(p.detail), /UUID/);
+      }
     });
 
     it('answers 410 Gone for an expired job', async () => {

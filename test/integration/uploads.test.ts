@@ -216,13 +216,13 @@ describe('POST /v1/uploads', () => {
     }
   });
 
-  test('authentication is required; another tenant sees 404; unknown ids 404', async () => {
+  test('authentication is required; another tenant sees 404; unknown ids 404, malformed ones 400', async () => {
     problemOf(await call(small.base, '/v1/uploads', { raw: 'x', contentType: 'text/plain', key: null }), 401);
     const mine = await call(small.base, '/v1/uploads', { raw: 'secret data', contentType: 'text/plain' });
     assert.equal(mine.status, 201);
     problemOf(await call(small.base, `/v1/uploads/${mine.json.id}`, { key: KEY_B }), 404, 'NOT_FOUND');
     problemOf(await call(small.base, `/v1/uploads/${uuidv7()}`), 404, 'NOT_FOUND');
-    problemOf(await call(small.base, '/v1/uploads/not-an-id'), 404, 'NOT_FOUND');
+    problemOf(await call(small.base, '/v1/uploads/not-an-id'), 400, 'INVALID_REQUEST');
     problemOf(await call(small.base, `/v1/uploads/${mine.json.id}`, { key: null }), 401);
   });
 

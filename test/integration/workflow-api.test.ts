@@ -192,9 +192,9 @@ for (const target of TARGETS) {
         assert.deepEqual(await h.lh.signal(other.id, 'later', [1, 2], { tenant: TENANT }), { jobId: other.id, name: 'later', resumed: false });
       });
 
-      it('404 for an unknown job and for another tenant’s; 409 JOB_ENDED for an ended one', async () => {
+      it('404 for an unknown job and for another tenant’s (400 for an id that is not one); 409 JOB_ENDED for an ended one', async () => {
         problemOf(await call(h.base, `/v1/jobs/${uuidv7()}/signals/go`, { body: 1 }), 404, 'NOT_FOUND');
-        problemOf(await call(h.base, '/v1/jobs/not-a-uuid/signals/go', { body: 1 }), 404, 'NOT_FOUND');
+        problemOf(await call(h.base, '/v1/jobs/not-a-uuid/signals/go', { body: 1 }), 400, 'INVALID_REQUEST');
         const job = await insert();
         problemOf(await call(h.base, `/v1/jobs/${job.id}/signals/go`, { body: 1, key: KEY_B }), 404, 'NOT_FOUND');
         await h.lh.cancel(job.id);

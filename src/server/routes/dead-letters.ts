@@ -10,16 +10,16 @@
  * `"code": null` in a bulk body and by `noCode=true` in a listing's query string.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { DEAD_LETTER_BATCH, MAX_DEAD_LETTER_IDS, MAX_PAGE_LIMIT } from '../../core/limits.js';
+import { DEAD_LETTER_BATCH, MAX_DEAD_LETTER_IDS } from '../../core/limits.js';
 import type { DeadLetterSelection } from '../../longhaul.js';
 import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
-import { isAdmin, tenantQueryField } from '../tenant-scope.js';
+import { isAdmin } from '../tenant-scope.js';
+import { attemptCursorParam, cursorParam, errorCodeParam, jobIdParam, pageLimitParam, pathParams, taskTypeParam, tenantOrAllParam, tenantParam, timeParam } from '../params.js';
 
 const problemRef = { $ref: 'Problem#' } as const;
 const errors = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemRef]));
 const nullableString = { type: ['string', 'null'] } as const;
-const time = { type: 'string', description: 'ISO 8601 date-time, or ms since the epoch' } as const;
 const errorSchema = {
   type: ['object', 'null'],
   properties: { message: { type: 'string' }, code: { type: 'string' }, retryable: { type: 'boolean' } },
@@ -34,18 +34,21 @@ const tenantField = {
 
 const codeField = { type: 'string', minLength: 1, maxLength: 200, description: "the failed job's error code" } as const;
 
-/** The filter fields the listing routes (query strings) and the bulk routes (bodies) share. */
+/** The filter fields of the bulk routes (bodies: the library refuses what a store cannot hold, facade/dead-letters.ts). */
 const filterFields = {
   tenant: tenantField,
   type: { type: 'string', minLength: 1, maxLength: 128 },
-  failedAfter: time,
-  failedBefore: time,
+  failedAfter: timeParam,
+  failedBefore: timeParam,
 } as const;
 
 /** The filter of the listing routes: a query string has no null, so the group without an error code is `noCode=true`. */
 const filterQuery = {
-  ...filterFields,
-  code: codeField,
+  tenant: { ...tenantOrAllParam, description: tenantField.description },
+  type: taskTypeParam,
+  failedAfter: timeParam,
+  failedBefore: timeParam,
+  code: errorCodeParam,
   noCode: { type: 'string', enum: ['true', 'false'], description: 'true: only jobs that failed without an error code (the group listed with code null); not with code' },
 } as const;
 
@@ -59,14 +62,14 @@ const selectionBody = {
   },
 } as const;
 
-const limitQuery = { type: 'string', pattern: '^[0-9]{1,4}$', description: `1 to ${MAX_PAGE_LIMIT}` } as const;
+const limitQuery = (fallback: number) => pageLimitParam(fallback);
 
 export const deadLetterSchemas = {
   attempts: {
     summary: "A job's attempts: each one's error, stack, worker and times, oldest first",
     tags: ['jobs'],
-    params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } },
-    querystring: { type: 'object', additionalProperties: false, properties: { limit: limitQuery, cursor: { type: 'string', maxLength: 32 }, tenant: tenantQueryField } },
+    params: pathParams({ id: jobIdParam }),
+    querystring: { type: 'object', additionalProperties: false, properties: { limit: limitQuery(100), cursor: attemptCursorParam, tenant: tenantParam } },
     response: {
       200: {
         type: 'object',
@@ -96,7 +99,7 @@ export const deadLetterSchemas = {
   groups: {
     summary: 'Failed jobs grouped by task type and error code, newest failure first',
     tags: ['dead letters'],
-    querystring: { type: 'object', additionalProperties: false, properties: { ...filterQuery, limit: limitQuery } },
+    querystring: { type: 'object', additionalProperties: false, properties: { ...filterQuery, limit: limitQuery(100) } },
     response: {
       200: {
         type: 'object',
@@ -122,7 +125,7 @@ export const deadLetterSchemas = {
   jobs: {
     summary: 'The failed jobs of a filter (one group: type and code), newest failure first',
     tags: ['dead letters'],
-    querystring: { type: 'object', additionalProperties: false, properties: { ...filterQuery, limit: limitQuery, cursor: { type: 'string', maxLength: 200 } } },
+    querystring: { type: 'object', additionalProperties: false, properties: { ...filterQuery, limit: limitQuery(50), cursor: cursorParam } },
     response: {
       200: { type: 'object', properties: { items: { type: 'array', items: { $ref: 'JobSnapshot#' } }, nextCursor: nullableString } },
       ...errors(400, 401, 403),
@@ -195,15 +198,9 @@ function selectionOf(ctx: AppContext, request: FastifyRequest, fields: FilterFie
   return selection;
 }
 
+/** A `limit` the route's schema let through (1 to MAX_PAGE_LIMIT, in decimal). */
 function limitOf(text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_LIMIT) {
-    throw invalidRequest(`limit must be an integer from 1 to ${MAX_PAGE_LIMIT} (got "${text.slice(0, 40)}")`, [
-      { path: 'limit', message: `must be an integer from 1 to ${MAX_PAGE_LIMIT}` },
-    ]);
-  }
-  return n;
+  return text === undefined ? undefined : Number(text);
 }
 
 export function registerDeadLetterRoutes(app: FastifyInstance, ctx: AppContext): void {

@@ -6,7 +6,6 @@ import type { JobSnapshot } from '../../core/job.js';
 import { idempotencyKeyProblem } from '../../core/limits.js';
 import { isJobState, isTerminal, JOB_STATES, type JobState } from '../../core/states.js';
 import type { SubmitOptions } from '../../longhaul.js';
-import { MAX_LIST_TEXT } from '../../facade/reads.js';
 import type { AppContext } from '../context.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
 import { routeSchemas } from '../schemas.js';
@@ -113,13 +112,8 @@ export function registerJobRoutes(app: FastifyInstance, { lh, tokens }: AppConte
         }
         status = parts as JobState[];
       }
-      const limit = q.limit === undefined ? 50 : /^\d{1,4}$/.test(q.limit) ? Number(q.limit) : Number.NaN;
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) {
-        throw invalidRequest(`limit must be an integer from 1 to 1000 (got "${String(q.limit).slice(0, 40)}")`, [{ path: 'limit', message: 'must be an integer from 1 to 1000' }]);
-      }
-      if (q.q !== undefined && q.q.length > MAX_LIST_TEXT) {
-        throw invalidRequest(`q must be at most ${MAX_LIST_TEXT} characters`, [{ path: 'q', message: `must be at most ${MAX_LIST_TEXT} characters` }]);
-      }
+      // limit and q are bounded by the route's schema (../params.ts).
+      const limit = q.limit === undefined ? 50 : Number(q.limit);
       return lh.list({
         ...(q.tenant === '*' ? {} : { tenant: request.tenant }),
         limit,

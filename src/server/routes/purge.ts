@@ -7,6 +7,7 @@
 import type { FastifyInstance } from 'fastify';
 import { isJobState, type JobState } from '../../core/states.js';
 import type { AppContext } from '../context.js';
+import { query, stateListParam, taskTypeParam, tenantParam, timeParam } from '../params.js';
 import { HttpProblem, invalidRequest } from '../problem.js';
 import { isAdmin } from '../tenant-scope.js';
 
@@ -33,15 +34,12 @@ function parseStates(text: string): JobState[] {
 export const purgeSchema = {
   summary: "Erase a tenant's or a filter's ended jobs, with their rows and files (admin)",
   tags: ['jobs'],
-  querystring: {
-    type: 'object',
-    properties: {
-      tenant: { type: 'string', minLength: 1, maxLength: 200 },
-      state: { type: 'string', description: 'ended states, comma-separated (succeeded, expired, failed, cancelled); default all' },
-      type: { type: 'string', minLength: 1, maxLength: 128 },
-      before: { type: 'string', description: 'only jobs that ended before this time (ISO date-time or ms)' },
-    },
-  },
+  querystring: query({
+    tenant: { ...tenantParam, description: "the tenant whose jobs to erase" },
+    state: { ...stateListParam, description: 'ended states, comma-separated (succeeded, expired, failed, cancelled); default all' },
+    type: taskTypeParam,
+    before: { ...timeParam, description: 'only jobs that ended before this time (ISO 8601 date-time, or ms since the epoch)' },
+  }),
   response: {
     200: {
       type: 'object',

@@ -15,6 +15,7 @@ import type { BlobStore } from '../../blobs/store.js';
 import { isUuid } from '../../core/ids.js';
 import type { JobState } from '../../core/states.js';
 import { HttpProblem } from '../problem.js';
+import { jobIdParam, pathParams, query, resultNameParam, signedUrlPartParam } from '../params.js';
 
 export interface JobResultFiles {
   state: JobState;
@@ -40,11 +41,7 @@ declare module 'fastify' {
 }
 
 const problem = { $ref: 'Problem#' } as const;
-const fileParams = {
-  type: 'object',
-  required: ['id', 'name'],
-  properties: { id: { type: 'string', maxLength: 64 }, name: { type: 'string', maxLength: 200 } },
-} as const;
+const fileParams = pathParams({ id: jobIdParam, name: resultNameParam });
 
 export function registerResultRoutes(app: FastifyInstance, options: ResultRouteOptions): void {
   const { blobs, signer, getResultFiles } = options;
@@ -62,7 +59,7 @@ export function registerResultRoutes(app: FastifyInstance, options: ResultRouteO
         tags: ['results'],
         security: [],
         params: fileParams,
-        querystring: { type: 'object', properties: { exp: { type: 'string' }, sig: { type: 'string' } } },
+        querystring: query({ exp: signedUrlPartParam, sig: signedUrlPartParam }),
         response: { ...Object.fromEntries([403, 404, 410, 416].map((c) => [c, problem])) },
       },
       handler: async (request, reply) => {
@@ -89,7 +86,7 @@ export function registerResultRoutes(app: FastifyInstance, options: ResultRouteO
       schema: {
         summary: "Redirect to a signed URL of the job's (first) result file",
         tags: ['results'],
-        params: { type: 'object', required: ['id'], properties: { id: { type: 'string', maxLength: 64 } } },
+        params: pathParams({ id: jobIdParam }),
         response: { 302: { type: 'null', description: 'Location: the signed URL' }, ...Object.fromEntries([401, 404, 410].map((c) => [c, problem])) },
       },
     },

@@ -16,6 +16,7 @@ import type { UploadQuota } from '../../blobs/upload-quota.js';
 import { UploadQuotaExceededError } from '../../core/errors.js';
 import { RESOURCE_DEFAULTS } from '../../core/quotas.js';
 import { HttpProblem } from '../problem.js';
+import { pathParams, uploadIdParam } from '../params.js';
 
 export interface UploadRouteOptions {
   blobs: BlobStore;
@@ -122,7 +123,7 @@ export async function registerUploadRoutes(app: FastifyInstance, options: Upload
       schema: {
         summary: "An upload's metadata",
         tags: ['uploads'],
-        params: { type: 'object', required: ['id'], properties: { id: { type: 'string', maxLength: 64 } } },
+        params: pathParams({ id: uploadIdParam }),
         response: { 200: uploadInfoSchema, ...Object.fromEntries([401, 404, 410].map((c) => [c, problem])) },
       },
     },
