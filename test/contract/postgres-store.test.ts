@@ -308,7 +308,11 @@ describe('PostgresStore specifics', () => {
       assert.deepEqual(await store.migrate(), { from: 1, to: PostgresStore.latestVersion });
       assert.deepEqual(
         await admin(async (c) => (await c.query(`SELECT version, name FROM "${schema}".schema_migrations ORDER BY version`)).rows),
-        [{ version: 1, name: 'baseline' }],
+        [
+          { version: 1, name: 'baseline' },
+          { version: 2, name: 'api_keys' },
+        ],
+        'each file recorded once, by name',
       );
     } finally {
       await store.close();
