@@ -244,3 +244,74 @@ function agingFromEnv(env: Env): number | null {
   if (ms < 1) throw new Error(`LONGHAUL_PRIORITY_AGING must be a positive duration such as 5m, or off (got "${raw}")`);
   return ms;
 }
+
+/**
+ * The HTTP server's limits from the environment (server/http-limits.ts, browser-guard.ts,
+ * auth-throttle.ts; docs/security.md): only the variables that are set, each refused by name
+ * when invalid. `longhaul dev` and `longhaul server` pass them to buildServer.
+ */
+export interface HttpSettings {
+  httpLimits: {
+    requestTimeoutMs?: number;
+    keepAliveTimeoutMs?: number;
+    maxConnections?: number;
+    healthConnections?: number;
+    transferMinBytes?: number;
+    transferWindowMs?: number;
+  };
+  allowedHosts?: string[];
+  allowedOrigins?: string[];
+  /** `false`: LONGHAUL_AUTH_MAX_FAILURES=0, no throttling. */
+  authThrottle?: { maxFailures?: number; windowMs?: number } | false;
+}
+
+export function httpSettingsFromEnv(env: Env = process.env): HttpSettings {
+  const positiveDuration = (name: string): number | undefined => {
+    const ms = durationFromEnv(env, name);
+    if (ms !== undefined && ms < 1) throw new Error(`${name} must be a positive duration such as 30s (got "${env[name]}")`);
+    return ms;
+  };
+  const list = (name: string): string[] | undefined => {
+    const raw = env[name];
+    if (raw === undefined || raw.trim() === '') return undefined;
+    return raw
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+  };
+  const limits: HttpSettings['httpLimits'] = {};
+  const set = <K extends keyof HttpSettings['httpLimits']>(key: K, value: number | undefined) => {
+    if (value !== undefined) limits[key] = value;
+  };
+  set('requestTimeoutMs', positiveDuration('LONGHAUL_REQUEST_TIMEOUT'));
+  set('keepAliveTimeoutMs', positiveDuration('LONGHAUL_KEEP_ALIVE_TIMEOUT'));
+  set('maxConnections', intFromEnv(env, 'LONGHAUL_MAX_CONNECTIONS', 1));
+  set('healthConnections', intFromEnv(env, 'LONGHAUL_HEALTH_CONNECTIONS', 0));
+  set('transferMinBytes', intFromEnv(env, 'LONGHAUL_TRANSFER_MIN_BYTES', 0));
+  set('transferWindowMs', positiveDuration('LONGHAUL_TRANSFER_WINDOW'));
+  const origins = list('LONGHAUL_ALLOWED_ORIGINS');
+  for (const o of origins ?? []) {
+    if (o === '*') continue;
+    let ok = false;
+    try {
+      ok = /^https?:$/.test(new URL(o).protocol) && new URL(o).origin === o.replace(/\/$/, '');
+    } catch {
+      ok = false;
+    }
+    if (!ok) throw new Error(`LONGHAUL_ALLOWED_ORIGINS entries must be origins such as https://app.example.com, or * (got "${o}")`);
+  }
+  const hosts = list('LONGHAUL_ALLOWED_HOSTS');
+  for (const h of hosts ?? []) {
+    if (h !== '*' && !/^\.?[A-Za-z0-9.-]+$/.test(h)) throw new Error(`LONGHAUL_ALLOWED_HOSTS entries must be host names (no port), .domain for its subdomains, or * (got "${h}")`);
+  }
+  const maxFailures = intFromEnv(env, 'LONGHAUL_AUTH_MAX_FAILURES', 0);
+  const windowMs = positiveDuration('LONGHAUL_AUTH_FAILURE_WINDOW');
+  const authThrottle =
+    maxFailures === 0 ? false : maxFailures === undefined && windowMs === undefined ? undefined : { ...(maxFailures === undefined ? {} : { maxFailures }), ...(windowMs === undefined ? {} : { windowMs }) };
+  return {
+    httpLimits: limits,
+    ...(hosts ? { allowedHosts: hosts } : {}),
+    ...(origins ? { allowedOrigins: origins } : {}),
+    ...(authThrottle === undefined ? {} : { authThrottle }),
+  };
+}

@@ -4,12 +4,14 @@ import { pathToFileURL } from 'node:url';
 import pino, { type Logger } from 'pino';
 import { LOG_REDACT } from '../core/log-fields.js';
 import { MissingPackageError } from '../core/optional-packages.js';
-import { DEFAULTS, type LogLevel, logLevelFromEnv } from '../config.js';
-import { DEFAULT_MAX_STREAMS_PER_TENANT, DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET } from '../server/stream-limits.js';
+import type { AddressInfo } from 'node:net';
+import { DEFAULTS, httpSettingsFromEnv, type HttpSettings, type LogLevel, logLevelFromEnv } from '../config.js';
 import { Longhaul } from '../longhaul.js';
 import { isLoopbackHost, parseApiKeys } from '../server/auth.js';
 import type { FastifyInstance } from 'fastify';
 import { buildServer, DEFAULT_STREAM_BUFFER_BYTES } from '../server/app.js';
+import { MIN_STREAM_TOKEN_SECRET_LENGTH } from '../server/stream-token.js';
+import { DEFAULT_MAX_STREAMS_PER_TENANT, DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET } from '../server/stream-limits.js';
 import { buildHealthServer } from '../server/health-server.js';
 import { listenWhileWaiting, type WaitingServer } from '../server/waiting-server.js';
 import { collectSchedules, collectTasks, type ScheduleDeclaration, type Task } from '../task-api/define.js';
@@ -85,6 +87,12 @@ function logLevel(variable: string, fallback: LogLevel): LogLevel {
   }
 }
 
+/** The URL of the address a server actually bound (`0.0.0.0` stays itself; `[::1]` reads `localhost`). */
+export function boundUrl(bound: AddressInfo): string {
+  const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
+  return `http://${host === '[::1]' ? 'localhost' : host}:${bound.port}`;
+}
+
 /** How this process relays job events to the others, fit to print. */
 function describeChannel(lh: Longhaul): string {
   if (lh.channel?.transport === 'redis' && lh.config.redisUrl) return `${redactUrl(lh.config.redisUrl)} (Redis pub/sub, progress kept in Redis)`;
@@ -112,7 +120,18 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
     DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET,
     1,
   );
-  const apiKeys = parseApiKeys(env.LONGHAUL_API_KEYS);
+  let apiKeys: ReturnType<typeof parseApiKeys>;
+  let httpSettings: HttpSettings;
+  try {
+    apiKeys = parseApiKeys(env.LONGHAUL_API_KEYS);
+    httpSettings = httpSettingsFromEnv(env);
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
+  const streamTokenSecret = env.LONGHAUL_STREAM_TOKEN_SECRET;
+  if (streamTokenSecret && streamTokenSecret.length < MIN_STREAM_TOKEN_SECRET_LENGTH) {
+    throw new CliError(`LONGHAUL_STREAM_TOKEN_SECRET must be at least ${MIN_STREAM_TOKEN_SECRET_LENGTH} characters (a short secret lets anyone forge stream tokens offline)`);
+  }
   const serves = mode !== 'worker';
   const healthPortSetting = setting('--health-port', flags.healthPort, 'LONGHAUL_HEALTH_PORT');
   const healthPort = mode === 'worker' && healthPortSetting.value !== undefined && healthPortSetting.value.trim() !== '' ? intSetting(healthPortSetting, 0, 0, 65535) : null;
@@ -191,12 +210,20 @@ export async function runRuntime(mode: 'dev' | 'server' | 'worker', flags: Runti
         streamBufferBytes,
         maxStreamsPerTenant,
         maxSubscriptionsPerSocket,
-        ...(env.LONGHAUL_STREAM_TOKEN_SECRET ? { streamTokenSecret: env.LONGHAUL_STREAM_TOKEN_SECRET } : {}),
+        ...(streamTokenSecret ? { streamTokenSecret } : {}),
+        ...httpSettings,
         ...(env.LONGHAUL_METRICS_TOKEN ? { metricsToken: env.LONGHAUL_METRICS_TOKEN } : {}),
         logger: logger.child({ component: 'http' }, { level: httpLogLevel }),
       });
-      const address = await app.listen({ host, port: listenPort });
-      const base = address.replace('[::1]', 'localhost');
+      await app.listen({ host, port: listenPort });
+      // The address actually bound (Fastify's answer names 127.0.0.1 for 0.0.0.0).
+      const base = boundUrl(app.server.address() as AddressInfo);
+      if (flags.insecureNoAuth && apiKeys.length === 0) {
+        logger.warn(
+          { address: base },
+          `--insecure-no-auth: serving without API keys on ${base}: anyone who can reach this address reads and changes every job (tenant "default")`,
+        );
+      }
       process.stdout.write(
         `longhaul ${mode} listening on ${base}\n  dashboard  ${base}/\n  API        ${base}/v1/jobs\n  API docs   ${base}/docs\n  database   ${redactUrl(lh.config.database)}\n  files      ${(await lh.files()).blobs.description}\n` +
           (lh.channel ? `  events     ${describeChannel(lh)}\n` : '') +

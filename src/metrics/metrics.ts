@@ -55,6 +55,7 @@ export class LonghaulMetrics {
   private readonly unsubscribe: Array<() => void> = [];
   private readonly http: KeyedSeries<'method' | 'route' | 'status'>;
   private readonly httpSeconds: KeyedHistogram<'method' | 'route' | 'status'>;
+  private readonly httpRefusals: KeyedSeries<'reason'>;
   private readonly streamsOpen: KeyedSeries<'kind'>;
   private readonly streamsRefused: KeyedSeries<'kind'>;
   private readonly quotaRefusals: KeyedSeries<'quota'>;
@@ -119,6 +120,24 @@ export class LonghaulMetrics {
       buckets: HTTP_BUCKETS,
       registers,
     });
+    this.streamsOpen = new KeyedSeries({
+      name: 'longhaul_streams_open',
+      help: 'Streams this server holds open, by kind (sse: per-job and feed responses; websocket), all tenants.',
+      type: 'gauge',
+      labelNames: ['kind'],
+    });
+    this.streamsRefused = new KeyedSeries({
+      name: 'longhaul_streams_refused_total',
+      help: 'Streams refused at the per-tenant cap (sse: 429, websocket: close 1008) and WebSocket subscriptions refused at the per-socket cap (subscription).',
+      type: 'counter',
+      labelNames: ['kind'],
+    });
+    this.httpRefusals = new KeyedSeries({
+      name: 'longhaul_http_refusals_total',
+      help: 'Connections and requests the HTTP server refused before any route (server/http-limits.ts, browser-guard.ts, auth-throttle.ts), by reason.',
+      type: 'counter',
+      labelNames: ['reason'],
+    });
     this.quotaRefusals = new KeyedSeries({
       name: 'longhaul_quota_refusals_total',
       help: 'Uploads and schedules this process refused at a tenant quota or limit, by quota (maxUploads, maxUploadBytes, maxSchedules, minInterval).',
@@ -136,18 +155,6 @@ export class LonghaulMetrics {
         series.reset();
         for (const [tenant, bytes] of byTenant) series.set([tenant], bytes);
       },
-    });
-    this.streamsOpen = new KeyedSeries({
-      name: 'longhaul_streams_open',
-      help: 'Streams this server holds open, by kind (sse: per-job and feed responses; websocket), all tenants.',
-      type: 'gauge',
-      labelNames: ['kind'],
-    });
-    this.streamsRefused = new KeyedSeries({
-      name: 'longhaul_streams_refused_total',
-      help: 'Streams refused at the per-tenant cap (sse: 429, websocket: close 1008) and WebSocket subscriptions refused at the per-socket cap (subscription).',
-      type: 'counter',
-      labelNames: ['kind'],
     });
     const jobs = new KeyedSeries({
       name: 'longhaul_jobs',
@@ -184,6 +191,7 @@ export class LonghaulMetrics {
       abandonedPending,
       this.http,
       this.httpSeconds,
+      this.httpRefusals,
       this.streamsOpen,
       this.streamsRefused,
       jobs,
@@ -248,6 +256,11 @@ export class LonghaulMetrics {
   /** A stream or a WebSocket subscription refused at its cap. */
   streamRefused(kind: 'sse' | 'websocket' | 'subscription'): void {
     this.streamsRefused.add([kind]);
+  }
+
+  /** Counts a connection or request the HTTP server refused (`reason`: connection_limit, request_timeout, ...). */
+  countHttpRefusal(reason: string): void {
+    this.httpRefusals.add([reason]);
   }
 
   /** The text exposition format (Prometheus 0.0.4). The first call loads prom-client. */

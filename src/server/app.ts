@@ -2,6 +2,7 @@
  * The HTTP API (DESIGN §4) on Fastify: builds the app around an open Longhaul instance.
  * Routes live in routes/; this file wires parsing, auth, errors and OpenAPI.
  */
+import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -10,6 +11,9 @@ import type { Longhaul } from '../longhaul.js';
 import { type ApiKey, bearerToken, type Caller, DEFAULT_CALLER } from './auth.js';
 import { KeyCheck } from './key-check.js';
 import type { ApiKeyCaller } from '../facade/api-keys.js';
+import { AuthThrottle, type AuthThrottleOptions } from './auth-throttle.js';
+import { BrowserGuard } from './browser-guard.js';
+import { ConnectionLimits, type HttpLimits, type RefusalReason } from './http-limits.js';
 import { clientErrorHandler, sendShuttingDown } from './client-errors.js';
 import { type DashboardOptions, registerDashboard } from './dashboard.js';
 import type { AppContext } from './context.js';
@@ -68,6 +72,14 @@ export interface ServerOptions {
   maxStreamsPerTenant?: number;
   /** Job subscriptions one WebSocket may hold (LONGHAUL_MAX_SUBSCRIPTIONS_PER_SOCKET). Default 1000. */
   maxSubscriptionsPerSocket?: number;
+  /** Request time limits, idle keep-alive, the connection cap, transfers' minimum rate (server/http-limits.ts). */
+  httpLimits?: Partial<HttpLimits>;
+  /** Host names accepted without API keys besides loopback names and IP addresses (LONGHAUL_ALLOWED_HOSTS; server/browser-guard.ts). */
+  allowedHosts?: readonly string[];
+  /** Origins besides the server's own that may open WebSockets and send state-changing requests (LONGHAUL_ALLOWED_ORIGINS). */
+  allowedOrigins?: readonly string[];
+  /** Throttling of failed authentication per client address (server/auth-throttle.ts); `false`: none. */
+  authThrottle?: AuthThrottleOptions | false;
   logger?: Logger | false;
   /** A bearer token that may read `GET /metrics` (LONGHAUL_METRICS_TOKEN); see routes/metrics.ts. */
   metricsToken?: string;
@@ -156,9 +168,21 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // Malformed URLs (bad percent-encoding, over-long params) are problems like everything else.
     frameworkErrors: (err, request, reply) => problemHandler(err, request, reply),
     // So are requests Node's parser refuses before Fastify sees them (431, 408, 400).
-    clientErrorHandler,
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') refused('request_timeout');
+      clientErrorHandler(err, socket);
+    },
   });
   const metrics = options.lh.metrics;
+  const refused = (reason: RefusalReason) => metrics.countHttpRefusal(reason);
+  const limits = new ConnectionLimits(options.httpLimits ?? {}, refused, app.log);
+  limits.attach(app.server);
+  const guard = new BrowserGuard({
+    checkHost: !keyCheck.enabled,
+    ...(options.allowedHosts ? { allowedHosts: options.allowedHosts } : {}),
+    ...(options.allowedOrigins ? { allowedOrigins: options.allowedOrigins } : {}),
+  });
+  const throttle = options.authThrottle === false ? null : new AuthThrottle(options.authThrottle ?? {}, app.log, () => refused('auth_throttled'));
   const maxStreamsPerTenant = positiveInteger('maxStreamsPerTenant', options.maxStreamsPerTenant, DEFAULT_MAX_STREAMS_PER_TENANT);
   const maxSubscriptionsPerSocket = positiveInteger('maxSubscriptionsPerSocket', options.maxSubscriptionsPerSocket, DEFAULT_MAX_SUBSCRIPTIONS_PER_SOCKET);
   const ctx: AppContext = {
@@ -181,8 +205,16 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     maxSubscriptionsPerSocket,
     closing: false,
   };
-  app.addHook('onRequest', (_request, reply, done) => {
+  app.addHook('onRequest', (request, reply, done) => {
     if (ctx.closing) return sendShuttingDown(reply);
+    // Connections past the cap serve health checks only (http-limits.ts); Host and Origin (browser-guard.ts).
+    const limited = limits.admit(request.raw.socket, request.url.split('?')[0] as string, () => reply.header('Connection', 'close'));
+    if (limited) return done(limited);
+    const foreign = guard.check(request.method, request.headers.host, request.headers.origin);
+    if (foreign) {
+      refused(foreign.code === 'HOST_NOT_ALLOWED' ? 'host_not_allowed' : 'origin_not_allowed');
+      return done(foreign);
+    }
     done();
   });
   // A query string that is not UTF-8 once decoded (query-string.ts): after authentication, before the schema.
@@ -250,8 +282,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   };
   // Callback-style hooks: on every request, async hooks cost a promise round each.
   const authenticate = (streamRoute: boolean) => (request: FastifyRequest, _reply: unknown, done: (err?: Error) => void) => {
+    // An address past its failed attempts is refused before its key is looked at (auth-throttle.ts).
+    const throttled = throttle?.check(request.ip);
+    if (throttled) return done(throttled);
     const settle = (caller: Caller | HttpProblem) => {
-      if (caller instanceof HttpProblem) return done(caller);
+      if (caller instanceof HttpProblem) {
+        if (caller.status === 401) throttle?.fail(request.ip, caller.code);
+        return done(caller);
+      }
       if (caller !== DEFAULT_CALLER) {
         request.tenant = caller.tenant;
         request.grant = caller.grant;
@@ -278,6 +316,15 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       done();
     };
     route.onResponse = [...hookList(route.onResponse), observe];
+    // Uploads and result downloads move bytes at a minimum rate instead of the request deadline.
+    const direction = transferDirection(route.method, pattern);
+    if (direction) {
+      const transfer = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+        limits.transfer(request.raw, reply.raw, direction);
+        done();
+      };
+      route.onRequest = [transfer, ...hookList(route.onRequest)];
+    }
     if (!route.url?.startsWith('/v1/')) return;
     // Signed result URLs carry their own authorisation (checked by the route).
     if (route.config?.signedUrl) return;
@@ -325,7 +372,24 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // WebSockets are served from the server's upgrade event, outside Fastify's request cycle.
   acceptWebSockets(app, {
     log: app.log,
-    authorize: (request, token) => authorize(request.headers.authorization, token, true),
+    authorize: (request, token) => {
+      const limited = limits.upgradeRefused(request.socket as Socket);
+      if (limited) return limited;
+      const foreign = guard.check('GET', request.headers.host, request.headers.origin, true);
+      if (foreign) {
+        refused(foreign.code === 'HOST_NOT_ALLOWED' ? 'host_not_allowed' : 'origin_not_allowed');
+        return foreign;
+      }
+      const address = request.socket.remoteAddress;
+      const throttled = throttle?.check(address);
+      if (throttled) return throttled;
+      const settle = (caller: Caller | HttpProblem) => {
+        if (caller instanceof HttpProblem && caller.status === 401) throttle?.fail(address, caller.code);
+        return caller;
+      };
+      const caller = authorize(request.headers.authorization, token, true);
+      return caller instanceof Promise ? caller.then(settle) : settle(caller);
+    },
     session: webSocketSession(ctx),
   });
 
@@ -340,6 +404,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     ctx.feed.close();
   });
   return app;
+}
+
+/** Whether a route is a transfer (http-limits.ts): an upload's body comes in, a result file goes out. */
+function transferDirection(method: string | string[], url: string): 'in' | 'out' | null {
+  const methods = Array.isArray(method) ? method : [method];
+  if (url === '/v1/uploads' && methods.includes('POST')) return 'in';
+  if (url === '/v1/jobs/:id/results/:name' && methods.includes('GET')) return 'out';
+  return null;
 }
 
 /** The upload and result routes over the instance's blob storage; downloads are counted on the job. */

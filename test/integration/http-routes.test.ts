@@ -826,7 +826,7 @@ describe('HTTP API', () => {
       for (const t of tampered) assert.equal((await openSse(`/v1/jobs/${job.id}/events?token=${encodeURIComponent(t)}`)).status, 401, t);
       const expired = new StreamTokens(TOKEN_SECRET).mint({ tenant: 'tenantA', jobs: [job.id], exp: Date.now() - 1_000 });
       assert.equal((await openSse(`/v1/jobs/${job.id}/events?token=${encodeURIComponent(expired)}`)).status, 401);
-      const foreign = new StreamTokens('another-secret').mint({ tenant: 'tenantA', jobs: [job.id], exp: Date.now() + 60_000 });
+      const foreign = new StreamTokens('another-secret-of-at-least-32-characters').mint({ tenant: 'tenantA', jobs: [job.id], exp: Date.now() + 60_000 });
       assert.equal((await openSse(`/v1/jobs/${job.id}/events?token=${encodeURIComponent(foreign)}`)).status, 401);
       // A validly signed grant for tenant B naming A's job still sees no such job.
       const crossTenant = new StreamTokens(TOKEN_SECRET).mint({ tenant: 'tenantB', jobs: [job.id], exp: Date.now() + 60_000 });
