@@ -20,6 +20,7 @@ import { secretBoxFor } from '../../src/facade/secrets-key.js';
 import { Longhaul } from '../../src/longhaul.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
+import { createTestDatabase } from '../support/postgres.js';
 import { scriptedReceiver } from '../support/webhook-receiver.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'longhaul-webhook-secrets-'));
@@ -29,7 +30,7 @@ const tasks = [defineTask({ type: 't.ok', async run() {
   return { ok: true };
 } })];
 
-function open(database: string, extra: { secretsKey?: string } = {}) {
+function open(database: string, extra: { secretsKey?: string; files?: { urlSigningSecret: string } } = {}) {
   return Longhaul.open({
     database,
     tasks,
@@ -87,6 +88,49 @@ describe('webhook secrets at rest', () => {
       }
     } finally {
       await rx.close();
+    }
+  });
+
+  test('PostgreSQL: one instance submits, another with the same LONGHAUL_SECRETS_KEY delivers, verified; the row is ciphertext; without a key the submission is refused', async () => {
+    const db = await createTestDatabase('lh_wh_secrets');
+    const key = randomBytes(32).toString('hex');
+    const secret = generateWebhookSecret();
+    const rx = await scriptedReceiver([204]);
+    const files = { urlSigningSecret: 'webhook-secrets-url-signing-secret-0123456789' };
+    try {
+      const api = await open(db.url, { secretsKey: key, files });
+      const worker = await open(db.url, { secretsKey: key, files });
+      const keyless = await open(db.url, { files });
+      try {
+        await assert.rejects(
+          keyless.submit('t.ok', null, { tenant: 'A', webhook: { url: rx.url, secret } }),
+          /LONGHAUL_SECRETS_KEY must be set with a PostgreSQL database/,
+        );
+        const job = await api.submit('t.ok', null, { tenant: 'A', webhook: { url: rx.url, secret } });
+        await worker.startWorker({ concurrency: 2, pollIntervalMs: 20 });
+        await until(() => (rx.received.length > 0 ? true : undefined), 15_000, 'the delivery');
+        const [request] = rx.received;
+        const event = new Webhook(secret).verify(request?.body as string, request?.headers as Record<string, string>) as { data: { id: string } };
+        assert.equal(event.data.id, job.id);
+      } finally {
+        await keyless.close({ drainMs: 0 });
+        await worker.close({ drainMs: 0 });
+        await api.close({ drainMs: 0 });
+      }
+      const { default: pg } = await import('pg');
+      const client = new pg.Client({ connectionString: db.url });
+      await client.connect();
+      try {
+        const { rows } = await client.query<{ secret: string }>('SELECT secret FROM longhaul.job_webhooks');
+        assert.equal(rows.length, 1);
+        const stored = String(rows[0]?.secret);
+        assert.ok(isSealed(stored) && !stored.includes(secret.slice(6, 20)), 'ciphertext in the row');
+      } finally {
+        await client.end();
+      }
+    } finally {
+      await rx.close();
+      await db.drop();
     }
   });
 
