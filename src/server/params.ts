@@ -27,10 +27,15 @@ export function patternMessage(pattern: string): string | undefined {
   return patterns.get(pattern);
 }
 
-/** One or more characters, none of them a control character (U+0000 to U+001F, U+007F). */
-const PRINTABLE = rule('^[^\\u0000-\\u001f\\u007f]+$', 'must not contain control characters (U+0000 to U+001F, U+007F)');
-/** Like PRINTABLE, and empty too. */
-const PRINTABLE_OR_EMPTY = rule('^[^\\u0000-\\u001f\\u007f]*$', 'must not contain control characters (U+0000 to U+001F, U+007F)');
+/**
+ * One or more characters, none of them U+0000 (PostgreSQL's text cannot hold it). Other control
+ * characters are stored as given (docs/api.md, "Strings Longhaul stores"): an error code or
+ * metadata may hold a tab, and a filter must be able to name it. A lone surrogate cannot come
+ * through a query string that decodes as UTF-8 (query-string.ts refuses one that does not).
+ */
+const STORABLE = rule('^[^\\u0000]+$', 'must not contain U+0000');
+/** Like STORABLE, and empty too. */
+const STORABLE_OR_EMPTY = rule('^[^\\u0000]*$', 'must not contain U+0000');
 
 const UUID = rule('^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$', 'must be an id as the server gave it: a UUID in lower-case hex');
 
@@ -66,7 +71,7 @@ export const tenantParam = {
   type: 'string',
   minLength: 1,
   maxLength: 200,
-  pattern: PRINTABLE,
+  pattern: STORABLE,
   description: "admins only: another tenant's jobs (default: the caller's). A tenant key naming another tenant gets 403",
 } as const;
 
@@ -84,7 +89,7 @@ export const taskTypeParam = {
 } as const;
 
 /** An error code as a filter. */
-export const errorCodeParam = { type: 'string', minLength: 1, maxLength: 200, pattern: PRINTABLE, description: "the failed job's error code" } as const;
+export const errorCodeParam = { type: 'string', minLength: 1, maxLength: 200, pattern: STORABLE, description: "the failed job's error code" } as const;
 
 /** Job states, comma-separated (the route names any unknown one). */
 export const stateListParam = {
@@ -140,7 +145,7 @@ export const timeParam = {
 
 /** Free text to search for. */
 export function textParam(maxLength: number) {
-  return { type: 'string', maxLength, pattern: PRINTABLE_OR_EMPTY } as const;
+  return { type: 'string', maxLength, pattern: STORABLE_OR_EMPTY } as const;
 }
 
 /** A stream token (`POST /v1/stream-tokens`), for EventSource and WebSocket clients that cannot send headers. */

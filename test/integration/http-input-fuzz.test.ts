@@ -542,6 +542,11 @@ for (const [index, store] of stores.entries()) {
       // An empty cursor or filter is none (the first page, every type), as before.
       const first = await send(base, new Agent(), { method: 'GET', path: '/v1/jobs?cursor=&type=&parentId=', key: TENANT_KEY, what: 'empty' });
       assert.equal(first.status, 200, first.body);
+      // Other control characters are storable (an error code may hold a tab): a filter may name them.
+      for (const path of ['/v1/dead-letters?code=E%09X', '/v1/jobs?q=a%09b']) {
+        const ok = await send(base, new Agent(), { method: 'GET', path, key: TENANT_KEY, what: path });
+        assert.equal(ok.status, 200, `${path}: ${ok.body}`);
+      }
     });
 
     it('documents the rules in /openapi.json', async () => {
