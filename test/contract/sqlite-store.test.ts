@@ -4,10 +4,11 @@
  * connections, the migration files applied and recorded, a pre-release database refused).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { DatabaseSync } from 'node:sqlite';
 import { after, afterEach, describe, it } from 'node:test';
 import type { SQLInputValue } from 'node:sqlite';
@@ -168,6 +169,30 @@ describe('SqliteStore specifics', () => {
     assert.equal(applied[0]?.name, 'baseline');
     await stores[0]?.insertJob({ job: newJob() });
     assert.equal((await stores[2]?.countByState({}))?.queued, 1);
+  });
+
+  it('several processes migrating one new file at once: one applies each file, the others find them applied', async () => {
+    const path = tempPath();
+    const startAt = Date.now() + 3_000; // every process waits for this instant, then migrates
+    const script = `
+      import { SqliteStore } from ${JSON.stringify(new URL('../../src/store/sqlite/sqlite-store.ts', import.meta.url).href)};
+      const store = new SqliteStore({ path: ${JSON.stringify(path)} });
+      while (Date.now() < ${startAt});
+      const result = await store.migrate();
+      await store.close();
+      console.log(JSON.stringify(result));`;
+    const runs = await Promise.all(
+      Array.from({ length: 4 }, () => promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 60_000 })),
+    );
+    const latest = SqliteStore.latestVersion;
+    assert.deepEqual(
+      runs.map((r) => JSON.parse(r.stdout.trim()) as { from: number; to: number }).sort((a, b) => a.from - b.from),
+      [{ from: 0, to: latest }, ...Array.from({ length: 3 }, () => ({ from: latest, to: latest }))],
+    );
+    const raw = new DatabaseSync(path);
+    const versions = raw.prepare('SELECT version FROM longhaul_migrations ORDER BY version').all().map((r) => r.version);
+    raw.close();
+    assert.deepEqual(versions, Array.from({ length: latest }, (_, i) => i + 1));
   });
 
   it('migrate(to) stops at that version; a later migrate() goes on from there; to below the current version is refused', async () => {
