@@ -104,7 +104,12 @@ interface Server {
 function startServer(): Promise<Server> {
   const args = [...nodeFlags, '--inspect=127.0.0.1:0', join(lib, 'cli/main.js'), 'dev', '--port', '0', '--database', join(dir, 'soak.db')];
   args.push('--tasks', tasksFile, '--concurrency', String(concurrency));
-  const child = spawn(process.execPath, args, { env: { ...process.env, LONGHAUL_LOG_LEVEL: 'warn' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  // The soak's streams are one tenant's (keyless dev): the per-tenant stream cap (100 by default) is raised to hold them all.
+  const streamCap = String(Math.max(100, 2 * (feeds + streams + wsClients)));
+  const child = spawn(process.execPath, args, {
+    env: { ...process.env, LONGHAUL_LOG_LEVEL: 'warn', LONGHAUL_MAX_STREAMS_PER_TENANT: process.env.LONGHAUL_MAX_STREAMS_PER_TENANT ?? streamCap },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const server: Partial<Server> & { stderr: string[]; warnings: number } = { child, stderr: [], warnings: 0 };
   return new Promise((resolveStart, reject) => {
     let out = '';

@@ -42,7 +42,8 @@ describe('clients that stop reading', { timeout: 240_000 }, () => {
   let dev: Dev;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'lh-slow-'));
-    dev = await startDev(join(dir, 'lh.db'), { LONGHAUL_STREAM_BUFFER_BYTES: String(LIMIT) });
+    // Its 1,000 clients are one tenant's (keyless dev): past the default stream cap of 100.
+    dev = await startDev(join(dir, 'lh.db'), { LONGHAUL_STREAM_BUFFER_BYTES: String(LIMIT), LONGHAUL_MAX_STREAMS_PER_TENANT: String(CLIENTS * 2) });
   });
   after(() => {
     dev?.child.kill('SIGKILL');
