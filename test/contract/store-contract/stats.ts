@@ -4,11 +4,10 @@
  * This suite drives a random mix of inserts, claims, ends, retries, cancels, promotions, expiries,
  * deletions and compactions, and after each round compares the counters with a real count of
  * the jobs (listed page by page through the store), and the rates and run-time buckets with
- * what the operations did. A second test migrates a database that has jobs from the schema
- * before the counters, and checks the backfill.
+ * what the operations did. (A database's counters start with its baseline schema, so there is
+ * no backfill to test: test/contract/*-upgrade.test.ts check the counters after an upgrade.)
  *
- *   runStatsContract('postgres', makeStore, makeStoreBeforeStats);
- *   runStatsContract('sqlite (file)', makeStore);
+ *   runStatsContract('postgres', makeStore);
  */
 import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
@@ -18,23 +17,6 @@ import { durationBucket } from '../../../src/core/stats-window.js';
 import { afterFailure, cancelNow, expireResult, flagStalled, manualRetry, reapLostWorker, succeed, ZOMBIE_REASONS } from '../../../src/core/transitions.js';
 import type { Store } from '../../../src/store/store.js';
 import { contractHelpers, newJob } from './fixtures.js';
-
-/** Jobs a database written by the previous release holds (written with that schema's columns only). */
-export interface OldJob {
-  id: string;
-  tenant: string;
-  type: string;
-  state: 'queued' | 'succeeded';
-  createdAt: number;
-  startedAt: number | null;
-  finishedAt: number | null;
-}
-
-/** A store at the schema version before the stats migration, and how to migrate it to the latest. */
-export interface StoreBeforeStats {
-  store: Store;
-  migrate(): Promise<void>;
-}
 
 const TENANTS = ['acme', 'globex'];
 const TYPES = ['a', 'b', 'c'];
@@ -82,12 +64,7 @@ async function assertCountsMatch(store: Store, note: string): Promise<void> {
   assert.deepEqual(acme, acmeExpected, `${note}: by type and state, tenant acme`);
 }
 
-/**
- * `makeStoreBeforeStats` (optional): a store over a database from before the counters, for the
- * backfill test; a store whose schema starts from a baseline that has the counters has no such
- * database and passes none.
- */
-export function runStatsContract(name: string, makeStore: () => Promise<Store>, makeStoreBeforeStats?: (jobs: OldJob[]) => Promise<StoreBeforeStats>): void {
+export function runStatsContract(name: string, makeStore: () => Promise<Store>): void {
   describe(`store contract (stats): ${name}`, () => {
     const open: Store[] = [];
     afterEach(async () => {
@@ -220,36 +197,6 @@ export function runStatsContract(name: string, makeStore: () => Promise<Store>, 
       // The stats upkeep drops the minutes before its bound.
       await store.compactStats({ before: base + 120_000 });
       assert.deepEqual(await health(), { stalled: 0, zombiesReaped: 0 });
-    });
-
-    if (makeStoreBeforeStats === undefined) return;
-    it('a database with jobs, migrated from the schema before the counters, is counted exactly', async () => {
-      const now = Date.now();
-      // Type a's jobs ran for 250 ms and succeeded; the others wait.
-      const jobs: OldJob[] = Array.from({ length: 12 }, (_, i) => {
-        const ended = i % 3 === 0;
-        return {
-          id: newJob().id,
-          tenant: TENANTS[i % 2] as string,
-          type: TYPES[i % 3] as string,
-          state: ended ? 'succeeded' : 'queued',
-          createdAt: now - i * 1000,
-          startedAt: ended ? now : null,
-          finishedAt: ended ? now + 250 : null,
-        };
-      });
-      const claimed = jobs.filter((j) => j.state === 'succeeded');
-      const old = await makeStoreBeforeStats(jobs);
-      open.push(old.store);
-      await old.migrate();
-      await assertCountsMatch(old.store, 'after the migration');
-      const a = await old.store.activity({ since: now - 60_000, durationsSince: now - 60_000 });
-      assert.equal(a.submitted, 12);
-      assert.equal(a.finished, claimed.length);
-      assert.deepEqual(a.durations, [{ type: 'a', bucket: durationBucket(250), count: claimed.length }]);
-      // And the triggers count from there on.
-      await old.store.insertJobs({ jobs: [newJob({ type: 'z', createdAt: now })] });
-      await assertCountsMatch(old.store, 'after one more job');
     });
   });
 }
