@@ -8,8 +8,9 @@
  * - Ready (`/readyz`): live, and the database answers one cheap read within a few seconds.
  *
  * Both are unauthenticated: a 503 says why in a `reason` code (`WORKER_UNHEALTHY`,
- * `DATABASE_UNAVAILABLE`, `DATABASE_TIMEOUT`) and nothing more; the error itself, which can name
- * hosts and users, goes to the log (at most once per `DETAIL_LOG_EVERY_MS`: probes come often).
+ * `DATABASE_UNAVAILABLE`, `DATABASE_TIMEOUT`). A database error, which can name hosts and users,
+ * goes to the log only (at most once per `DETAIL_LOG_EVERY_MS`: probes come often); a worker's
+ * state (how many handlers it abandoned) is the process's own and stays in the answer.
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Longhaul } from '../longhaul.js';
@@ -28,8 +29,8 @@ function notReady(code: string, reason: string, detail: string, log: FastifyBase
     detailLoggedAt = now;
     log.warn({ reason, ...(err === undefined ? {} : { err }) }, `${code === 'UNHEALTHY' ? '/healthz' : '/readyz'} answered 503: ${detail}`);
   }
-  const text = reason === 'WORKER_UNHEALTHY' ? 'a worker of this process is unhealthy' : 'the database is not answering';
-  return new HttpProblem(503, code, `${text} (${reason}; details in the server log)`, { members: { reason } });
+  const text = reason === 'WORKER_UNHEALTHY' ? detail : 'the database is not answering (details in the server log)';
+  return new HttpProblem(503, code, text, { members: { reason } });
 }
 
 /** `/healthz`: throws a 503 problem when this process's workers are unhealthy. */
