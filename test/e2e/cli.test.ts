@@ -317,6 +317,8 @@ describe('longhaul CLI (built binary)', () => {
       [['worker', '--tasks', TASKS, '--database', join(dir, 'p.db')], { ...env, LONGHAUL_CONCURRENCY: 'lots' }, /^longhaul: LONGHAUL_CONCURRENCY must be an integer/],
       // The flag wins over the variable, even over a bad one: the next problem is the database.
       [['worker', '--tasks', TASKS, '--concurrency', '2', '--database', '/no/such/dir/x.db'], { ...env, LONGHAUL_CONCURRENCY: 'lots' }, /^longhaul: cannot open the SQLite database/],
+      [['server', '--port', '0', '--database', join(dir, 'p.db')], { ...env, LONGHAUL_MAX_STREAMS_PER_TENANT: '0' }, /^longhaul: LONGHAUL_MAX_STREAMS_PER_TENANT must be an integer from 1 to /],
+      [['server', '--port', '0', '--database', join(dir, 'p.db')], { ...env, LONGHAUL_MAX_SUBSCRIPTIONS_PER_SOCKET: 'many' }, /^longhaul: LONGHAUL_MAX_SUBSCRIPTIONS_PER_SOCKET must be an integer from 1 to /],
       [['server', '--port', '0', '--database', join(dir, 'p.db')], { ...env, LONGHAUL_LOG_LEVEL: 'loud' }, /^longhaul: LONGHAUL_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent \(got "loud"\)/],
       [['server', '--port', '0', '--database', join(dir, 'p.db')], { ...env, LONGHAUL_HTTP_LOG_LEVEL: 'chatty' }, /^longhaul: LONGHAUL_HTTP_LOG_LEVEL must be one of /],
       [['server', '--port', '0', '--database', '/no/such/dir/x.db'], env, /^longhaul: cannot open the SQLite database \/no\/such\/dir\/x\.db: the directory \/no\/such\/dir does not exist/],
