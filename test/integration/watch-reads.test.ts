@@ -131,6 +131,12 @@ for (const kind of kinds) {
         assert.ok((large.seen.get(target) ?? []).some((s) => s.cancelRequested), 'the change made without an event reached the watch');
         assert.ok(!(large.seen.get(large.ids[8] as string) ?? []).some((s) => s.cancelRequested), 'and only that job');
         await large.stop();
+
+        // The read itself: the listed jobs that exist, whatever their tenant; unknown and malformed ids are left out.
+        const other = (await lh.submit('watch.idle', {}, { runAt: new Date(Date.now() + 3_600_000), tenant: 't2' })).id;
+        const read = await store.getJobs({ ids: [target, other, '00000000-0000-7000-8000-000000000000', 'not-a-job-id'] });
+        assert.deepEqual(read.map((j) => j.id).sort(), [target, other].sort());
+        assert.deepEqual(await store.getJobs({ ids: [] }), []);
       } finally {
         await lh.close();
         await close();
