@@ -16,7 +16,8 @@ import pino from 'pino';
 import { Webhook } from 'standardwebhooks';
 import { resolveConfig } from '../../src/config.js';
 import { isSealed, openSecret, parseSecretsKey, sealSecret } from '../../src/core/secret-box.js';
-import { secretBoxFor } from '../../src/facade/secrets-key.js';
+import { keyDatabaseOf, secretBoxFor } from '../../src/facade/secrets-key.js';
+import type { Store } from '../../src/store/store.js';
 import { Longhaul } from '../../src/longhaul.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { generateWebhookSecret } from '../../src/webhooks/signing.js';
@@ -175,6 +176,13 @@ describe('webhook secrets at rest', () => {
     await assert.rejects(pg.seal('whsec_abc', 'c'), /LONGHAUL_SECRETS_KEY must be set with a PostgreSQL database/);
     const pgWithKey = secretBoxFor({ database: 'postgres://127.0.0.1/test', secretsKey: key.toString('hex') });
     assert.equal(await pgWithKey.open(await pgWithKey.seal('whsec_abc', 'c'), 'c'), 'whsec_abc');
+    // A store the caller opened: a SQLite store's key goes beside its own file; any other store may be shared, so the key must be given.
+    const sqliteStore = { capabilities: { notify: null }, options: { path: '/data/jobs.db' } } as unknown as Store;
+    const sharedStore = { capabilities: { notify: {} }, options: { connectionString: 'postgres://x' } } as unknown as Store;
+    assert.equal(keyDatabaseOf({ database: './longhaul.db' }, undefined), './longhaul.db');
+    assert.equal(keyDatabaseOf({ database: './longhaul.db' }, sqliteStore), '/data/jobs.db');
+    assert.equal(keyDatabaseOf({ database: './longhaul.db' }, sharedStore), null);
+    await assert.rejects(secretBoxFor({ database: null, secretsKey: undefined }).seal('whsec_abc', 'c'), /LONGHAUL_SECRETS_KEY must be set/);
   });
 });
 
