@@ -119,6 +119,26 @@ describe('upload quotas per tenant', () => {
     assert.equal((await upload('dave', 1)).status, 429);
   });
 
+  test('a client that disconnects mid-upload gives its reservation back', async () => {
+    const files = await lh.files();
+    const before = await uploadUsage(files.blobs, 'erin');
+    const req = http.request(`${base}/v1/uploads`, { method: 'POST', headers: { authorization: `Bearer ${KEYS.erin}`, 'content-type': 'application/octet-stream', 'content-length': '500' } });
+    req.on('error', () => {});
+    req.write(Buffer.alloc(100, 1));
+    // While it streams, its 500 declared bytes are reserved.
+    const deadline = Date.now() + 5_000;
+    while ((await uploadUsage(files.blobs, 'erin')).bytes !== before.bytes + 500) {
+      assert.ok(Date.now() < deadline, 'the reservation appears');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    req.destroy();
+    while ((await uploadUsage(files.blobs, 'erin')).bytes !== before.bytes) {
+      assert.ok(Date.now() < deadline + 5_000, 'the reservation is given back');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.deepEqual(await uploadUsage(files.blobs, 'erin'), before);
+  });
+
   test('concurrent uploads never overshoot: 20 at once against maxUploads 5 → exactly 5 stored; 10 × 300 B against 1000 B → 3', async () => {
     const results = await Promise.all(Array.from({ length: 20 }, () => upload('carol', 50)));
     assert.equal(results.filter((r) => r.status === 201).length, 5);
