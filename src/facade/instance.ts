@@ -34,7 +34,7 @@ import { announceResumedParents } from '../workflow/fail-fast.js';
 import { ParentTracker } from '../workflow/parents.js';
 import type { ControlContext } from './control.js';
 import { type DatabaseWait, whenDatabaseAnswers } from './database-wait.js';
-import { keyDatabaseOf, secretBoxFor } from './secrets-key.js';
+import { keyDatabaseOf, SECRETS_KEY_REQUIRED, secretBoxFor, secretsKeyMissing } from './secrets-key.js';
 import { LazyFiles } from './files.js';
 import { prepare } from './prepare.js';
 import { RetentionOnEnd, taskRetention } from './retention.js';
@@ -96,7 +96,10 @@ export async function openInstance(options: OpenOptions): Promise<Instance> {
   const logger = options.logger ?? pino({ level: logLevelFromEnv('LONGHAUL_LOG_LEVEL', 'info'), name: 'longhaul', redact: LOG_REDACT });
   const tasks = Array.isArray(options.tasks) ? collectTasks({ default: options.tasks }) : options.tasks ? collectTasks(options.tasks as Record<string, unknown>) : [];
   if (tasks.some((t) => t.type === WEBHOOK_TASK_TYPE)) throw new Error(`the task type "${WEBHOOK_TASK_TYPE}" is reserved for webhook delivery`);
-  const webhookConfig = resolveWebhookConfig(secretBoxFor({ secretsKey: config.secretsKey, database: keyDatabaseOf(config, options.store) }), options.webhooks);
+  const keyConfig = { secretsKey: config.secretsKey, database: keyDatabaseOf(config, options.store) };
+  const webhookConfig = resolveWebhookConfig(secretBoxFor(keyConfig), options.webhooks);
+  // Said once at start, not only in the error of the first submission that needs it.
+  if (secretsKeyMissing(keyConfig)) logger.warn(`${SECRETS_KEY_REQUIRED}; until it is, a job submitted with its own webhook secret is refused`);
   // Blob storage opens on first use; a missing S3 SDK is reported now, not at the first upload.
   if (options.files?.blobs === undefined) checkBlobStorePackages();
   const store = options.store ?? (await storeFor(config, logger));

@@ -31,7 +31,7 @@ const tasks = [defineTask({ type: 't.ok', async run() {
   return { ok: true };
 } })];
 
-function open(database: string, extra: { secretsKey?: string; files?: { urlSigningSecret: string } } = {}) {
+function open(database: string, extra: { secretsKey?: string; files?: { urlSigningSecret: string }; logger?: pino.Logger } = {}) {
   return Longhaul.open({
     database,
     tasks,
@@ -101,8 +101,11 @@ describe('webhook secrets at rest', () => {
     try {
       const api = await open(db.url, { secretsKey: key, files });
       const worker = await open(db.url, { secretsKey: key, files });
-      const keyless = await open(db.url, { files });
+      const logged: string[] = [];
+      const keyless = await open(db.url, { files, logger: pino({ level: 'warn' }, { write: (line: string) => logged.push(line) }) });
       try {
+        // Said once at start, before any submission needs the key.
+        assert.equal(logged.filter((l) => l.includes('LONGHAUL_SECRETS_KEY must be set')).length, 1, logged.join(''));
         await assert.rejects(
           keyless.submit('t.ok', null, { tenant: 'A', webhook: { url: rx.url, secret } }),
           /LONGHAUL_SECRETS_KEY must be set with a PostgreSQL database/,
