@@ -58,8 +58,7 @@ import { PgResultFileOps } from './result-file-ops.js';
 import { PgWebhookOps } from './webhook-ops.js';
 import { PgApiKeyOps } from './api-key-ops.js';
 import type { ApiKeyStore } from '../api-key-store.js';
-import { channelName, migrationFiles, renderMigrations, SCHEMA_NAME } from './schema.js';
-import { pendingMigrations, preReleaseSchemaError } from '../migration-files.js';
+import { applyMigrations, channelName, migrationFiles, SCHEMA_NAME } from './schema.js';
 import { pendingClaim } from './log-sql.js';
 import { SessionLock } from './session-lock.js';
 import { LISTEN_NAME_SUFFIX, ListenConnection, type ListenLogger } from './listen-connection.js';
@@ -236,38 +235,10 @@ export class PostgresStore implements Store {
 
   /**
    * Applies pending migrations (the files of migrations/, up to `to` or the latest) in one
-   * transaction under an advisory lock on the schema's name: concurrent migrations (several
-   * processes on several machines starting at once) apply each version once; the others wait,
-   * then find nothing to do. Applied versions are rows of `<schema>.schema_migrations`.
+   * transaction under an advisory lock (schema.ts applyMigrations): safe from several machines.
    */
   async migrate(to?: number): Promise<MigrationResult> {
-    const migrations = renderMigrations(this.schema);
-    return this.inTransaction(async (client) => {
-      await client.query('SELECT pg_advisory_xact_lock(hashtext($1), 0)', [`${this.schema}:migrate`]);
-      const found = await client.query<{ old: boolean; current: boolean }>(
-        'SELECT to_regclass($1) IS NOT NULL AS old, to_regclass($2) IS NOT NULL AS current',
-        [`${this.s}.migrations`, `${this.s}.schema_migrations`],
-      );
-      const { old, current: tracked } = found.rows[0] as { old: boolean; current: boolean };
-      if (old && !tracked) {
-        throw preReleaseSchemaError(
-          `PostgreSQL schema "${this.schema}"`,
-          `drop it (DROP SCHEMA "${this.schema}" CASCADE; its jobs are lost) or configure another schema`,
-        );
-      }
-      await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.s}`);
-      await client.query(
-        `CREATE TABLE IF NOT EXISTS ${this.s}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      );
-      const res = await client.query<{ v: number }>(`SELECT coalesce(max(version), 0)::integer AS v FROM ${this.s}.schema_migrations`);
-      const current = res.rows[0]?.v ?? 0;
-      const pending = pendingMigrations(migrations, current, to);
-      for (const m of pending) {
-        await client.query(m.sql);
-        await client.query(`INSERT INTO ${this.s}.schema_migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
-      }
-      return { from: current, to: pending.at(-1)?.version ?? current };
-    });
+    return this.inTransaction((client) => applyMigrations(client, this.schema, to));
   }
 
   async schemaVersion(): Promise<number> {

@@ -64,7 +64,7 @@ import { SqliteResultFileOps } from './result-file-ops.js';
 import { SqliteWebhookOps } from './webhook-ops.js';
 import { encodeJobCursor } from '../job-cursor.js';
 import { listJobsSql } from './list-sql.js';
-import { type MigrationFile, pendingMigrations, preReleaseSchemaError, readMigrationFiles } from '../migration-files.js';
+import { applyMigrations, appliedVersion, migrationFiles } from './schema.js';
 
 export interface SqliteStoreOptions {
   /** File path, or ':memory:' (single process only). */
@@ -79,13 +79,6 @@ export interface SqliteStoreOptions {
 }
 
 const JOB_ROW = jobJson('j');
-
-let migrationFilesRead: MigrationFile[] | null = null;
-/** The schema's migration files (migrations/0001_baseline.sql, …), read at the first migrate. */
-function migrationFiles(): MigrationFile[] {
-  migrationFilesRead ??= readMigrationFiles(new URL('./migrations/', import.meta.url));
-  return migrationFilesRead;
-}
 
 interface HotStatements {
   promote: Compiled<{ id: string; at: number }>;
@@ -230,55 +223,16 @@ export class SqliteStore implements Store {
   }
 
   /**
-   * Applies the migration files the database has not applied yet (up to `to`, else all), each
-   * recorded in longhaul_migrations, in one IMMEDIATE transaction: several processes opening
-   * the same file at once apply each file exactly once (the others wait for the write lock and
-   * then find nothing to do). A database written by a build from before the baseline (it has
-   * longhaul_meta, not longhaul_migrations) is refused with what to do about it.
+   * Applies the migration files the database has not applied yet (up to `to`, else all) in one
+   * IMMEDIATE transaction (schema.ts applyMigrations).
    */
   async migrate(to?: number): Promise<MigrationResult> {
-    const files = migrationFiles();
-    return this.write(() => {
-      const current = this.appliedVersion();
-      const pending = pendingMigrations(files, current, to);
-      if (!this.hasTable('longhaul_migrations')) {
-        this.db.exec('CREATE TABLE longhaul_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)');
-      }
-      const record = this.db.prepare('INSERT INTO longhaul_migrations (version, name, applied_at) VALUES (?, ?, ?)');
-      for (const file of pending) {
-        try {
-          this.db.exec(file.sql);
-        } catch (err) {
-          throw new Error(`SQLite migration ${file.file} failed on ${this.options.path}: ${(err as Error).message}`, { cause: err });
-        }
-        record.run(file.version, file.name, Date.now());
-      }
-      return { from: current, to: pending.at(-1)?.version ?? current };
-    });
-  }
-
-  /** The newest version applied (0: none), or the pre-release error. */
-  private appliedVersion(): number {
-    if (!this.hasTable('longhaul_migrations')) {
-      if (this.hasTable('longhaul_meta')) {
-        throw preReleaseSchemaError(
-          `The SQLite database ${this.options.path}`,
-          'delete the file (and its -wal and -shm files) to start with an empty database, or point Longhaul at another file',
-        );
-      }
-      return 0;
-    }
-    const row = this.db.prepare('SELECT max(version) AS v FROM longhaul_migrations').get() as { v: number | null };
-    return row.v ?? 0;
-  }
-
-  private hasTable(name: string): boolean {
-    return this.db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?").get(name) !== undefined;
+    return this.write(() => applyMigrations(this.db, this.options.path, to));
   }
 
   /** The schema version of the database: the newest migration file applied (0: none). */
   async schemaVersion(): Promise<number> {
-    return this.appliedVersion();
+    return appliedVersion(this.db, this.options.path);
   }
 
   async ping(): Promise<void> {
