@@ -417,6 +417,13 @@ export interface JobQueueStore {
 
   /** True when another connection may have written since the last call (cheap poll for idle workers). */
   pollChanges(): Promise<boolean>;
+  /**
+   * Calls `listener` as soon as another process's write may have made jobs claimable (stores
+   * with a push signal: PostgreSQL's NOTIFY), so an idle worker claims at once instead of at
+   * its next poll; the listener then reads pollChanges as the poll does. Returns the unsubscribe.
+   * Stores without one (SQLite) leave it out: their workers poll.
+   */
+  onChanges?(listener: () => void): () => void;
   /** The stored trace context (`traceparent`) of each listed job that has one (read only when tracing is on). */
   traceParents(params: { ids: readonly string[] }): Promise<Map<string, string>>;
 

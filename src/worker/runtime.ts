@@ -212,6 +212,9 @@ export class Worker {
         if (to === 'queued' && this.tasks.has(type)) this.wake();
       }),
       this.bus.on('jobs:promoted', () => this.wake()),
+      // Another process's submission, retry, promotion or child end (PostgreSQL NOTIFY): claim
+      // now, not at the next poll. The poll stays as the safety net (and is all SQLite has).
+      this.options.store.onChanges?.(() => void this.loop.pollForWork(maxIdle).catch(() => undefined)) ?? (() => undefined),
       // Also this worker's own timeout requests (lease-upkeep.ts): the first abort wins.
       this.bus.on('job:cancel-requested', ({ id, reason }) => this.attempts.abortJob(id, cancelKindOf(reason))),
     );

@@ -425,6 +425,10 @@ export class PostgresStore implements Store {
     return this.listener.take();
   }
 
+  onChanges(listener: () => void): () => void {
+    return this.listener.subscribe(listener);
+  }
+
   /** Whether the wake-up channel is listened to, and on which backend (tests, health checks). */
   get listenState(): { connected: boolean; backendPid: number | null } {
     return { connected: this.listener.connected, backendPid: this.listener.backendPid };
