@@ -28,6 +28,7 @@ import { parseApiKeys } from '../../src/server/auth.js';
 import { defineTask } from '../../src/task-api/define.js';
 import { settled } from '../support/jobs.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
+import { seededRandom } from '../../src/core/seeded-random.js';
 
 const SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : randomInt(2 ** 31);
 /** Random requests after the sweep, per store and key. */
@@ -39,16 +40,9 @@ const TENANT_KEY = 'fuzz-tenant-key-0123456789abcdef';
 
 // ---- the random source ---------------------------------------------------------------------------
 
-/** mulberry32: small, seedable, good enough to pick test cases. */
+/** A seeded source (core/seeded-random.ts) with the picks the fuzz needs. */
 function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const next = seededRandom(seed);
   return {
     next,
     int: (n: number) => Math.floor(next() * n),

@@ -123,4 +123,4 @@ export class RawWebSocket {
 }
 
 /** A small seeded generator (mulberry32): the same seed draws the same frames. */
-export { seededRandom as seeded } from '../../src/example-tasks/report/sales-data.js';
+export { seededRandom as seeded } from '../../src/core/seeded-random.js';

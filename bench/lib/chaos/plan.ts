@@ -7,6 +7,7 @@
  * sagas are submitted with maxAttempts 1, so that a kill after a completed step is a death on
  * the last attempt (the others have the task's 3).
  */
+import { seededRandom } from '../../../src/core/seeded-random.js';
 
 export type Policy = 'fail-fast' | 'collect';
 
@@ -29,17 +30,6 @@ export interface Plan {
   byType: Record<string, number>;
 }
 
-/** mulberry32: a small seeded PRNG (the same seed gives the same workload). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Sizes of the parents: 100 to 1,000 children each, summing to `budget`. */
 function parentSizes(budget: number, rand: () => number): number[] {
@@ -61,7 +51,7 @@ function parentSizes(budget: number, rand: () => number): number[] {
  * which a kill costs a repeat); a job's run takes about twice its pause.
  */
 export function makePlan(options: { jobs: number; seed: number; run: string; pauseMs: [number, number] }): Plan {
-  const rand = rng(options.seed);
+  const rand = seededRandom(options.seed);
   const int = (lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1));
   const [lo, hi] = options.pauseMs;
   const pause = () => int(lo, hi);

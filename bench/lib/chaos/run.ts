@@ -25,7 +25,8 @@ import {
 } from './audit.js';
 import { Deployment, type Timings } from './deployment.js';
 import { Driver, type FaultOptions } from './driver.js';
-import { makePlan, rng } from './plan.js';
+import { seededRandom } from '../../../src/core/seeded-random.js';
+import { makePlan } from './plan.js';
 
 export interface ChaosOptions {
   store: 'sqlite' | 'pg';
@@ -136,7 +137,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   });
   try {
     const api = new ChaosApi(() => deployment.serverUrls());
-    const driver = new Driver(api, deployment, plan, rng(o.seed ^ 0x5eed), o.log);
+    const driver = new Driver(api, deployment, plan, seededRandom(o.seed ^ 0x5eed), o.log);
     const t0 = Date.now();
     let monitoring = true;
     const monitor = driver.monitor(() => !monitoring, t0);

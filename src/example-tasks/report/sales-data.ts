@@ -9,6 +9,7 @@ import { createInterface } from 'node:readline';
 import { pipeline } from 'node:stream/promises';
 import { withAbortReason } from '../../core/abort.js';
 import { parseJson } from '../../core/json-text.js';
+import { seededRandom } from '../../core/seeded-random.js';
 
 export interface SalesRow {
   n: number;
@@ -32,17 +33,6 @@ export const REGIONS = ['North', 'South', 'East', 'West', 'Central'] as const;
 const PRODUCTS = ['Anchor bolt', 'Bearing 6204', 'Cable tie 200 mm', 'Drill bit 8 mm', 'Edge clamp', 'Fuse 10 A', 'Gasket kit', 'Hex key set'] as const;
 const PRICES_CENTS = [35, 420, 12, 689, 1_250, 95, 2_399, 1_575] as const;
 
-/** mulberry32: a small, fast, seedable PRNG; plenty for synthetic data (never for secrets). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 const DAY_MS = 86_400_000;
 const START = Date.UTC(2024, 0, 1);

@@ -15,23 +15,13 @@ import type { JobRecord } from '../../../src/core/job.js';
 import { JOB_STATES, type JobState } from '../../../src/core/states.js';
 import { durationBucket } from '../../../src/core/stats-window.js';
 import { afterFailure, cancelNow, expireResult, flagStalled, manualRetry, reapLostWorker, succeed, ZOMBIE_REASONS } from '../../../src/core/transitions.js';
+import { seededRandom } from '../../../src/core/seeded-random.js';
 import type { Store } from '../../../src/store/store.js';
 import { contractHelpers, newJob } from './fixtures.js';
 
 const TENANTS = ['acme', 'globex'];
 const TYPES = ['a', 'b', 'c'];
 
-/** A small seeded generator (mulberry32), so a failure replays with the seed it prints. */
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Every job of the store, page by page: the real count the counters must equal. */
 async function allJobs(store: Store): Promise<JobRecord[]> {
@@ -75,7 +65,7 @@ export function runStatsContract(name: string, makeStore: () => Promise<Store>):
       const store = await makeStore();
       open.push(store);
       const seed = Number(process.env.STATS_SEED ?? Date.now() % 100_000);
-      const rnd = prng(seed);
+      const rnd = seededRandom(seed);
       const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)] as T;
       const base = Date.now();
       let now = base;
